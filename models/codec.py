@@ -1,0 +1,81 @@
+"""Decode and encode the domain types: the one door every edge (HTTP, CLI files, fixtures) goes through."""
+
+import re
+from pathlib import Path
+from typing import Any, TypeVar
+
+import msgspec
+
+from models.errors import InputError
+from models.plan import Plan, PlanRequest
+
+T = TypeVar("T")
+
+_request_decoder = msgspec.json.Decoder(PlanRequest)
+_encoder = msgspec.json.Encoder()
+
+
+_RELATIVE_FIELD = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*(?:\[\d+\])?(?:\.[A-Za-z_][A-Za-z0-9_]*(?:\[\d+\])?)*): ")
+
+
+def _input_error(error: msgspec.ValidationError) -> InputError:
+    """InputError from msgspec's "reason - at `$.a.b[0]`", joined with a cross-field rule's own
+    "field: reason" prefix (rules in __post_init__ name fields relative to their Struct)."""
+    text = str(error)
+    reason, _, path = text.partition(" - at `$")
+    path = path.rstrip("`").lstrip(".")
+    relative = _RELATIVE_FIELD.match(reason)
+    if relative:
+        reason = reason[relative.end() :]
+        path = f"{path}.{relative.group(1)}" if path else relative.group(1)
+    return InputError(reason, field=path or None)
+
+
+def decode(data: bytes | str, type_: type[T]) -> T:
+    """JSON -> `type_`, or InputError naming the field and the reason."""
+    try:
+        return msgspec.json.decode(data, type=type_)
+    except msgspec.ValidationError as error:
+        raise _input_error(error) from error
+    except msgspec.DecodeError as error:
+        raise InputError(f"malformed JSON: {error}") from error
+
+
+def decode_request(data: bytes | str) -> PlanRequest:
+    """A PlanRequest from JSON, validated (types, bounds and cross-field rules)."""
+    try:
+        return _request_decoder.decode(data)
+    except msgspec.ValidationError as error:
+        raise _input_error(error) from error
+    except msgspec.DecodeError as error:
+        raise InputError(f"malformed JSON: {error}") from error
+
+
+def read_request(path: str | Path) -> PlanRequest:
+    """A PlanRequest from a JSON file; the error names the file."""
+    try:
+        data = Path(path).read_bytes()
+    except OSError as error:
+        raise InputError(f"cannot read request file {path}: {error.strerror}") from error
+    return decode_request(data)
+
+
+def convert(obj: Any, type_: type[T]) -> T:
+    """Builtins (dicts from a CSV or a test) -> `type_`, with the same errors as decode()."""
+    try:
+        return msgspec.convert(obj, type=type_)
+    except msgspec.ValidationError as error:
+        raise _input_error(error) from error
+
+
+def encode(obj: Any) -> bytes:
+    """Any domain value -> JSON bytes."""
+    return _encoder.encode(obj)
+
+
+def to_builtins(obj: Any) -> Any:
+    return msgspec.to_builtins(obj)
+
+
+def encode_plan(plan: Plan) -> bytes:
+    return _encoder.encode(plan)
