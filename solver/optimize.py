@@ -1,0 +1,170 @@
+"""Solve the MILP lexicographically: primary objective, then each tie-break with the previous optimum locked.
+
+A primal heuristic runs first: the LP relaxation (whose value is the reported LP bound) is rounded down,
+then up where devices and budget allow, its flows re-solved with x fixed, and the result handed to the
+MIP as a starting incumbent, so a good plan exists from the first second.
+"""
+
+import time
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from models.plan import PlanRequest
+from solver.backends import Sense, SolveResult, Termination, get_backend
+from solver.candidates import Candidates
+from solver.formulation import Columns, MatrixForm, build_matrix
+
+STAGES = {
+    "max_goodput": [("goodput", Sense.MAX), ("cost", Sense.MIN)],
+    "min_cost": [("cost", Sense.MIN)],
+    "max_min_fraction": [("phi", Sense.MAX), ("goodput", Sense.MAX), ("cost", Sense.MIN)],
+}
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What the solver found for one request: the final vector and how sure it is."""
+
+    candidates: Candidates
+    columns: Columns
+    form: MatrixForm
+    values: np.ndarray | None
+    termination: Termination
+    primary_value: float | None
+    primary_bound: float | None
+    lp_bound: float | None
+    build_ms: float
+    solve_ms: float
+    tie_break: str | None
+
+
+def rounded_start(form: MatrixForm, cols: Columns, cand: Candidates, x_lp: np.ndarray) -> np.ndarray:
+    """Integer instances near the LP optimum that respect device counts and the budget.
+
+    Floor every x, then add one instance to pools in order of falling fractional part while the device
+    (and budget) rows allow: what an engineer would do by hand with the LP's answer.
+    """
+    x = np.floor(x_lp + 1e-9)
+    x = np.minimum(x, form.col_hi[: cols.n_pools])
+    devices = cand.devices.set_index("device")
+    tp = cand.pools["tp"].to_numpy(float)
+    device_of = cand.pools["device"].to_numpy()
+    free = (devices["count"] - (cand.pools.assign(u=x * tp).groupby("device")["u"].sum())).fillna(
+        devices["count"]
+    )
+    budget = cand.request.options.budget_per_hour
+    price = cand.pools["device"].map(devices["cost_per_hour"]).to_numpy(float) * tp
+    spend = float(price @ x)
+    for index in np.argsort(-(x_lp - x), kind="stable"):
+        fraction = x_lp[index] - x[index]
+        if fraction <= 1e-6:
+            break
+        fits = free[device_of[index]] >= tp[index] and x[index] + 1 <= form.col_hi[index]
+        affordable = budget is None or spend + price[index] <= budget + 1e-9
+        if fits and affordable:
+            x[index] += 1
+            free[device_of[index]] -= tp[index]
+            spend += price[index]
+    return x
+
+
+def _lock(form: MatrixForm, name: str, sense: Sense, value: float, rel_gap: float) -> MatrixForm:
+    """Keep a finished stage's objective within its MIP gap of the value found."""
+    slack = max(rel_gap * abs(value), 1e-9 * max(1.0, abs(value)))
+    if sense is Sense.MAX:
+        return form.with_row(f"lock_{name}", form.objectives[name], value - slack, np.inf)
+    return form.with_row(f"lock_{name}", form.objectives[name], -np.inf, value + slack)
+
+
+def optimize(request: PlanRequest, cand: Candidates, stages: list[tuple[str, Sense]] | None = None) -> Outcome:
+    """Build and solve within options.time_limit_s (over all stages)."""
+    options = request.options
+    began = time.perf_counter()
+    deadline = began + options.time_limit_s
+    form, cols = build_matrix(cand)
+    build_ms = (time.perf_counter() - began) * 1e3
+    stages = stages or STAGES[options.objective]
+    backend = get_backend(options.solver)
+
+    def remaining() -> float:
+        return max(deadline - time.perf_counter(), 0.01)
+
+    solve_began = time.perf_counter()
+    name, sense = stages[0]
+    relaxed = backend.solve(
+        form, form.objectives[name], sense, time_limit_s=remaining(), mip_rel_gap=options.mip_rel_gap, relax=True
+    )
+    lp_bound = relaxed.objective
+    start = None
+    if relaxed.has_solution and form.integer.any():
+        start = _flows_for(form, cols, cand, relaxed, name, sense, backend, remaining())
+    result = backend.solve(
+        form, form.objectives[name], sense, time_limit_s=remaining(), mip_rel_gap=options.mip_rel_gap, start=start
+    )
+    primary = result
+    tie_break = None
+    for next_name, next_sense in stages[1:]:
+        if not result.has_solution or result.objective is None:
+            break
+        if time.perf_counter() >= deadline:
+            tie_break = f"skipped {next_name}: time limit reached"
+            break
+        form_locked = _lock(form, name, sense, result.objective, options.mip_rel_gap)
+        follow = backend.solve(
+            form_locked,
+            form.objectives[next_name],
+            next_sense,
+            time_limit_s=remaining(),
+            mip_rel_gap=options.mip_rel_gap,
+            start=result.values,
+        )
+        if not follow.has_solution:
+            tie_break = f"{next_name}: {follow.termination} ({follow.detail}); kept the previous stage's plan"
+            break
+        tie_break = f"{next_name}: {follow.termination}"
+        form, name, sense, result = form_locked, next_name, next_sense, follow
+    return Outcome(
+        candidates=cand,
+        columns=cols,
+        form=form,
+        values=result.values,
+        termination=_overall(primary, result),
+        primary_value=primary.objective,
+        primary_bound=primary.bound,
+        lp_bound=lp_bound,
+        build_ms=build_ms,
+        solve_ms=(time.perf_counter() - solve_began) * 1e3,
+        tie_break=tie_break,
+    )
+
+
+def _overall(primary: SolveResult, last: SolveResult) -> Termination:
+    """Optimal only if the primary stage was proven optimal and the plan kept is a solution."""
+    if not last.has_solution:
+        return primary.termination
+    if primary.termination is Termination.OPTIMAL:
+        return Termination.OPTIMAL
+    return Termination.FEASIBLE if primary.has_solution else primary.termination
+
+
+def _flows_for(
+    form: MatrixForm,
+    cols: Columns,
+    cand: Candidates,
+    relaxed: SolveResult,
+    name: str,
+    sense: Sense,
+    backend: object,
+    time_limit_s: float,
+) -> np.ndarray | None:
+    """Round the relaxation's x and re-solve the flows with x fixed: a full feasible start vector."""
+    assert relaxed.values is not None
+    x = rounded_start(form, cols, cand, relaxed.values[: cols.n_pools])
+    fixed = replace(form, col_lo=form.col_lo.copy(), col_hi=form.col_hi.copy())
+    fixed.col_lo[: cols.n_pools] = x
+    fixed.col_hi[: cols.n_pools] = x
+    result = backend.solve(  # type: ignore[attr-defined]
+        fixed, form.objectives[name], sense, time_limit_s=time_limit_s, mip_rel_gap=0.0, relax=True
+    )
+    return result.values if result.has_solution else None
