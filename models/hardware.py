@@ -50,8 +50,9 @@ HARDWARE: dict[str, HardwareSpec] = {
             cost_per_hour=1.00,
             source=(
                 "RTX 6000 Ada: 364 TFLOPS (1,457 FP8-sparse / 4), 48 GB, 960 GB/s, PCIe 4.0 x16 "
-                "(grafikkarten.com/de/news/nvidia-rtx-6000-grafikkarte-der-ada-generation, public-figures.md s4); "
-                "assumption: 25 Gbit/s NIC per GPU, $1.00/h (typical 2024 GPU-cloud on-demand rate, not cited)"
+                "(grafikkarten.com/de/news/nvidia-rtx-6000-grafikkarte-der-ada-generation, public-figures.md "
+                "s4); assumption: 25 Gbit/s NIC per GPU, $1.00/h (typical 2024 GPU-cloud on-demand rate, "
+                "not cited)"
             ),
         ),
         HardwareSpec(
@@ -64,10 +65,10 @@ HARDWARE: dict[str, HardwareSpec] = {
             network_gbps=100.0 / 12,
             cost_per_hour=12.9813 / 12,
             source=(
-                "Inferentia2 chip: 190 TFLOPS, 32 GiB, 820 GiB/s, NeuronLink-v2 192 GiB/s "
-                "(aws-neuron-sdk inferentia2.rst, inf2-arch.rst, public-figures.md s4); NIC: inf2.48xlarge "
-                "100 Gbit/s / 12 chips (public-figures.md s4, unverified); assumption: $/h = inf2.48xlarge "
-                "on-demand list $12.9813 / 12 (the cited RI-effective rate is $5.608 / 12 = 0.467)"
+                "Inferentia2 chip: 190 TFLOPS, 32 GiB, 820 GiB/s, NeuronLink-v2 192 GiB/s (aws-neuron-sdk "
+                "inferentia2.rst, inf2-arch.rst, public-figures.md s4); NIC: inf2.48xlarge 100 Gbit/s / 12 "
+                "chips (public-figures.md s4, unverified); assumption: $/h = inf2.48xlarge on-demand list "
+                "$12.9813 / 12 (the cited RI-effective rate is $5.608 / 12 = 0.467)"
             ),
         ),
         HardwareSpec(
@@ -80,8 +81,8 @@ HARDWARE: dict[str, HardwareSpec] = {
             network_gbps=25.0,
             cost_per_hour=1.20,
             source=(
-                "TPU v5e chip: 197 TFLOPS, 16 GB HBM2, 819 GB/s, ICI 1,600 Gbit/s; host 8 chips with "
-                "2 x 100 Gbit/s NIC -> 25 Gbit/s per chip (cloud.google.com/tpu/docs/v5e, public-figures.md s4); "
+                "TPU v5e chip: 197 TFLOPS, 16 GB HBM2, 819 GB/s, ICI 1,600 Gbit/s; host 8 chips with 2 x 100 "
+                "Gbit/s NIC -> 25 Gbit/s per chip (cloud.google.com/tpu/docs/v5e, public-figures.md s4); "
                 "assumption: $1.20/chip-hour (Cloud TPU on-demand list price, not cited)"
             ),
         ),
@@ -95,9 +96,9 @@ HARDWARE: dict[str, HardwareSpec] = {
             network_gbps=10.0,
             cost_per_hour=0.805,
             source=(
-                "L4: 121 TFLOPS, 24 GB, 300 GB/s, PCIe 4.0 x16 (grokipedia.com/page/NVIDIA_L4_vs_L40S quoting the "
-                "NVIDIA datasheet, public-figures.md s4); g6.xlarge up to 10 Gbit/s (AWS batch GPU docs, s4); "
-                "assumption: $0.805/h (g6.xlarge on-demand list price, not cited)"
+                "L4: 121 TFLOPS, 24 GB, 300 GB/s, PCIe 4.0 x16 (grokipedia.com/page/NVIDIA_L4_vs_L40S "
+                "quoting the NVIDIA datasheet, public-figures.md s4); g6.xlarge up to 10 Gbit/s (AWS batch "
+                "GPU docs, s4); assumption: $0.805/h (g6.xlarge on-demand list price, not cited)"
             ),
         ),
         HardwareSpec(
@@ -111,8 +112,8 @@ HARDWARE: dict[str, HardwareSpec] = {
             cost_per_hour=1.01,
             source=(
                 "A10G: 70 TFLOPS, 24 GB, 600 GB/s, PCIe 4.0 (cli99/llm-analysis a10g-pcie-24gb.json, "
-                "public-figures.md s4); g5.48xlarge 100 Gbit/s / 8 GPUs (AWS batch GPU docs, s4); "
-                "$1.01/h (tyler-griggs/melange-release config/example.json, public-figures.md s3)"
+                "public-figures.md s4); g5.48xlarge 100 Gbit/s / 8 GPUs (AWS batch GPU docs, s4); $1.01/h "
+                "(tyler-griggs/melange-release config/example.json, public-figures.md s3)"
             ),
         ),
         HardwareSpec(
@@ -126,9 +127,9 @@ HARDWARE: dict[str, HardwareSpec] = {
             cost_per_hour=3.67,
             source=(
                 "A100-80GB SXM: 312 TFLOPS, 80 GB HBM2e, 2,039 GB/s, NVLink 600 GB/s bidirectional "
-                "(glennklockwood.com/garden/processors/A100, public-figures.md s4); $3.67/h "
-                "(melange-release config/example.json, s3); assumption: 50 Gbit/s NIC per GPU "
-                "(p4d.24xlarge 400 Gbit/s / 8, not cited)"
+                "(glennklockwood.com/garden/processors/A100, public-figures.md s4); $3.67/h (melange-release "
+                "config/example.json, s3); assumption: 50 Gbit/s NIC per GPU (p4d.24xlarge 400 Gbit/s / 8, "
+                "not cited)"
             ),
         ),
         HardwareSpec(
@@ -142,8 +143,8 @@ HARDWARE: dict[str, HardwareSpec] = {
             cost_per_hour=98.32 / 8,
             source=(
                 "H100 SXM: 989 TFLOPS, 80 GB HBM3, 3,350 GB/s, NVLink 900 GB/s bidirectional "
-                "(glennklockwood.com/garden/processors/h100, public-figures.md s4); assumption: 400 Gbit/s NIC "
-                "per GPU and $12.29/h (p5.48xlarge 3,200 Gbit/s and $98.32/h on-demand, / 8; not cited)"
+                "(glennklockwood.com/garden/processors/h100, public-figures.md s4); assumption: 400 Gbit/s "
+                "NIC per GPU and $12.29/h (p5.48xlarge 3,200 Gbit/s and $98.32/h on-demand, / 8; not cited)"
             ),
         ),
         HardwareSpec(
@@ -156,9 +157,9 @@ HARDWARE: dict[str, HardwareSpec] = {
             network_gbps=50.0,
             cost_per_hour=1.861,
             source=(
-                "assumption (not in public-figures.md): L40S 362.05 TFLOPS BF16 dense, 48 GB, 864 GB/s, "
-                "PCIe 4.0 x16 (NVIDIA datasheet as quoted at mullet.se/product.html?product_id=355414); "
-                "50 Gbit/s NIC and $1.861/h (g6e.48xlarge 400 Gbit/s / 8, g6e.xlarge on-demand; not cited)"
+                "assumption (not in public-figures.md): L40S 362.05 TFLOPS BF16 dense, 48 GB, 864 GB/s, PCIe "
+                "4.0 x16 (NVIDIA datasheet as quoted at mullet.se/product.html?product_id=355414); 50 "
+                "Gbit/s NIC and $1.861/h (g6e.48xlarge 400 Gbit/s / 8, g6e.xlarge on-demand; not cited)"
             ),
         ),
         HardwareSpec(

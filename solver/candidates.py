@@ -225,6 +225,37 @@ def attach_pools(uses: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     return pools, uses
 
 
+def drop_dominated_pools(pools: pd.DataFrame, uses: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Drop pools another pool of the same (owner, role, device, tp) makes useless, and renumber.
+
+    Pool A dominates pool B when every (class, key) use of B is also a use of A with at least B's
+    per-instance rate and (prefill) at least B's level. Both use the same devices, cost and NIC per
+    instance, so any plan with B instances can run them as A instances instead: dropping B loses no
+    optimum. Of pools that dominate each other, the lowest-numbered stays.
+    """
+    group = ["owner", "role", "device", "tp"]
+    left = uses[[*group, "w", "key", "pool", "rate_rps", "level"]]
+    pairs = left.merge(left, on=[*group, "w", "key"], suffixes=("_a", "_b"))
+    pairs = pairs[pairs["pool_a"] != pairs["pool_b"]]
+    covers = (pairs["rate_rps_a"] >= pairs["rate_rps_b"] * (1 - 1e-12)) & (pairs["level_a"] >= pairs["level_b"])
+    covered = pairs[covers].groupby(["pool_a", "pool_b"]).size().rename("covered").reset_index()
+    n_uses = uses.groupby("pool").size()
+    dominates = covered[covered["covered"].to_numpy() == n_uses.loc[covered["pool_b"]].to_numpy()]
+    pair_set = set(zip(dominates["pool_a"], dominates["pool_b"], strict=True))
+    mutual = np.array([(b, a) in pair_set for a, b in pair_set], dtype=bool)
+    a_idx = np.array([a for a, _ in pair_set], dtype=np.int64)
+    b_idx = np.array([b for _, b in pair_set], dtype=np.int64)
+    drop = set(b_idx[~mutual | (a_idx < b_idx)].tolist()) if len(pair_set) else set()
+    if not drop:
+        return pools, uses
+    kept = pools[~pools.index.isin(list(drop))].reset_index(drop=True)
+    kept.index.name = "pool"
+    renumber = pd.Series(np.arange(len(kept)), index=pools.index[~pools.index.isin(list(drop))])
+    uses = uses[~uses["pool"].isin(list(drop))].copy()
+    uses["pool"] = renumber.loc[uses["pool"]].to_numpy()
+    return kept, uses
+
+
 def build_candidates(request: PlanRequest, table: ProfileTable) -> Candidates:
     """All candidate tables for one request: the only place that reads the profile table."""
     classes = class_table(request)
@@ -237,6 +268,7 @@ def build_candidates(request: PlanRequest, table: ProfileTable) -> Candidates:
     # A decode use nobody's prefill can reach, or a prefill use with no decode tier, carries no flow.
     uses = _drop_unreachable(uses)
     pools, uses = attach_pools(uses)
+    pools, uses = drop_dominated_pools(pools, uses)
     uses = uses.sort_values(["pool", "w", "key", "level"], kind="stable").reset_index(drop=True)
     return Candidates(request, classes, latency, pools, uses, devices, keyed)
 

@@ -1,8 +1,13 @@
 """Solve the MILP lexicographically: primary objective, then each tie-break with the previous optimum locked.
 
-A primal heuristic runs first: the LP relaxation (whose value is the reported LP bound) is rounded down,
-then up where devices and budget allow, its flows re-solved with x fixed, and the result handed to the
-MIP as a starting incumbent, so a good plan exists from the first second.
+A primal heuristic runs first: the LP relaxation is solved through every stage (its primary value is the
+reported LP bound; the later stages make it economical, so rounding up has devices to spare), rounded down,
+then up where devices and budget allow, its flows re-solved with x fixed, and the result handed to the MIP
+as a starting incumbent, so a good plan exists from the first second.
+
+A finished stage is locked at its value less a 1e-7 relative slack, not the whole MIP gap: a cost
+tie-break must not buy its savings with goodput (a class would show a sliver "unserved").
+Tie-break stages get at most TIE_BREAK_SHARE of the time limit; what they reach is reported.
 """
 
 import time
@@ -69,9 +74,13 @@ def rounded_start(form: MatrixForm, cols: Columns, cand: Candidates, x_lp: np.nd
     return x
 
 
-def _lock(form: MatrixForm, name: str, sense: Sense, value: float, rel_gap: float) -> MatrixForm:
-    """Keep a finished stage's objective within its MIP gap of the value found."""
-    slack = max(rel_gap * abs(value), 1e-9 * max(1.0, abs(value)))
+LOCK_SLACK = 1e-7
+TIE_BREAK_SHARE = 0.3
+
+
+def _lock(form: MatrixForm, name: str, sense: Sense, value: float) -> MatrixForm:
+    """Keep a finished stage's objective at the value found (up to a relative LOCK_SLACK for round-off)."""
+    slack = LOCK_SLACK * max(1.0, abs(value))
     if sense is Sense.MAX:
         return form.with_row(f"lock_{name}", form.objectives[name], value - slack, np.inf)
     return form.with_row(f"lock_{name}", form.objectives[name], -np.inf, value + slack)
@@ -92,13 +101,12 @@ def optimize(request: PlanRequest, cand: Candidates, stages: list[tuple[str, Sen
 
     solve_began = time.perf_counter()
     name, sense = stages[0]
-    relaxed = backend.solve(
-        form, form.objectives[name], sense, time_limit_s=remaining(), mip_rel_gap=options.mip_rel_gap, relax=True
-    )
-    lp_bound = relaxed.objective
-    start = None
-    if relaxed.has_solution and form.integer.any():
-        start = _flows_for(form, cols, cand, relaxed, name, sense, backend, remaining())
+    lp_bound, start = None, None
+    relaxed = _relaxed_stages(form, stages, backend, remaining)
+    if relaxed:
+        lp_bound = relaxed[0].objective
+        if form.integer.any() and relaxed[-1].values is not None:
+            start = _rounded_flows(form, cols, cand, relaxed[-1].values, name, sense, backend, remaining())
     result = backend.solve(
         form, form.objectives[name], sense, time_limit_s=remaining(), mip_rel_gap=options.mip_rel_gap, start=start
     )
@@ -110,19 +118,20 @@ def optimize(request: PlanRequest, cand: Candidates, stages: list[tuple[str, Sen
         if time.perf_counter() >= deadline:
             tie_break = f"skipped {next_name}: time limit reached"
             break
-        form_locked = _lock(form, name, sense, result.objective, options.mip_rel_gap)
+        form_locked = _lock(form, name, sense, result.objective)
         follow = backend.solve(
             form_locked,
             form.objectives[next_name],
             next_sense,
-            time_limit_s=remaining(),
+            time_limit_s=min(remaining(), TIE_BREAK_SHARE * options.time_limit_s),
             mip_rel_gap=options.mip_rel_gap,
             start=result.values,
         )
         if not follow.has_solution:
             tie_break = f"{next_name}: {follow.termination} ({follow.detail}); kept the previous stage's plan"
             break
-        tie_break = f"{next_name}: {follow.termination}"
+        gap = "" if follow.gap is None else f", gap {follow.gap:.2%}"
+        tie_break = f"{next_name}: {follow.termination}{gap} in {follow.seconds:.2f} s"
         form, name, sense, result = form_locked, next_name, next_sense, follow
     return Outcome(
         candidates=cand,
@@ -148,23 +157,32 @@ def _overall(primary: SolveResult, last: SolveResult) -> Termination:
     return Termination.FEASIBLE if primary.has_solution else primary.termination
 
 
-def _flows_for(
+def _relaxed_stages(form: MatrixForm, stages, backend, remaining) -> list[SolveResult]:
+    """The LP relaxation through every stage, each optimum locked for the next; stops at the first failure."""
+    results = []
+    for name, sense in stages:
+        result = backend.solve(form, form.objectives[name], sense, time_limit_s=remaining(), mip_rel_gap=0.0, relax=True)
+        if result.objective is None:
+            break
+        results.append(result)
+        form = _lock(form, name, sense, result.objective)
+    return results
+
+
+def _rounded_flows(
     form: MatrixForm,
     cols: Columns,
     cand: Candidates,
-    relaxed: SolveResult,
+    relaxed_values: np.ndarray,
     name: str,
     sense: Sense,
-    backend: object,
+    backend,
     time_limit_s: float,
 ) -> np.ndarray | None:
     """Round the relaxation's x and re-solve the flows with x fixed: a full feasible start vector."""
-    assert relaxed.values is not None
-    x = rounded_start(form, cols, cand, relaxed.values[: cols.n_pools])
+    x = rounded_start(form, cols, cand, relaxed_values[: cols.n_pools])
     fixed = replace(form, col_lo=form.col_lo.copy(), col_hi=form.col_hi.copy())
     fixed.col_lo[: cols.n_pools] = x
     fixed.col_hi[: cols.n_pools] = x
-    result = backend.solve(  # type: ignore[attr-defined]
-        fixed, form.objectives[name], sense, time_limit_s=time_limit_s, mip_rel_gap=0.0, relax=True
-    )
-    return result.values if result.has_solution else None
+    result = backend.solve(fixed, form.objectives[name], sense, time_limit_s=time_limit_s, mip_rel_gap=0.0, relax=True)
+    return result.values

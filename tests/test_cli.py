@@ -1,0 +1,173 @@
+"""The `fleetplan` command line through click's CliRunner: table and JSON output, exit codes and the
+"error: <field>: <reason>" line for bad input, the profiles listing, and lazy imports."""
+
+import io
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+from click.testing import CliRunner
+
+from api.cli import main
+from models.errors import SolverFailure
+from models.plan import Plan
+from test_api import inline_request, write_store
+
+
+@pytest.fixture
+def runner() -> CliRunner:
+    return CliRunner()
+
+
+def write_request(tmp_path: Path, body: dict[str, Any] | str, name: str = "request.json") -> Path:
+    path = tmp_path / name
+    path.write_text(body if isinstance(body, str) else json.dumps(body))
+    return path
+
+
+def test_plan_prints_tables(runner: CliRunner, tmp_path: Path) -> None:
+    result = runner.invoke(main, ["plan", str(write_request(tmp_path, inline_request()))])
+    assert result.exit_code == 0, result.output + result.stderr
+    out = result.stdout
+    first = out.splitlines()[0]
+    for part in ("status optimal", "SLO RPS", "demand", "bound", "gap", "cost", "/h", "solve"):
+        assert part in first, first
+    for title in ("Classes", "Pools", "Devices", "Links (Gbit/s)", "Baselines"):
+        assert f"\n{title}\n" in out
+    assert re.search(r"gpu/tp1/b\d -> acc/tp1/b\d", out), out
+    assert "prefill" in out and "decode" in out
+    assert "gpu -> acc" in out
+    assert "gpu_only (gpu)" in out and "greedy" in out
+
+
+def test_plan_json_is_a_plan(runner: CliRunner, tmp_path: Path) -> None:
+    result = runner.invoke(main, ["plan", "--json", str(write_request(tmp_path, inline_request()))])
+    assert result.exit_code == 0, result.output + result.stderr
+    plan = msgspec.json.decode(result.stdout, type=Plan)
+    assert plan.status == "optimal"
+    assert plan.demand_rps == 20.0
+
+
+def test_time_limit_overrides_the_file(
+    runner: CliRunner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import solver
+
+    seen = []
+    monkeypatch.setattr(solver, "plan", lambda request: seen.append(request.options.time_limit_s) or 1 / 0)
+    path = write_request(tmp_path, inline_request())
+    runner.invoke(main, ["plan", "--time-limit", "2.5", str(path)])
+    assert seen == [2.5]
+
+    result = runner.invoke(main, ["plan", "--time-limit", "0", str(path)])
+    assert result.exit_code == 2
+    assert result.stderr.startswith("error: options.time_limit_s: must be in (0, 600]")
+
+
+@pytest.mark.parametrize(
+    ("mutate", "field"),
+    [
+        (lambda b: b["devices"][0].update(count=-1), "devices[0].count: Expected `int` >= 0"),
+        (lambda b: b["links"][0].update(target="b"), "links[0].target: unknown device 'b'"),
+        (lambda b: b["workloads"][0].update(rate_rpss=1),
+         "workloads[0]: Object contains unknown field `rate_rpss`"),
+        (lambda b: b.update(profiles={"set": "nope"}), "profiles.set: unknown profile set 'nope'"),
+    ],
+    ids=["negative count", "unknown link target", "unknown field", "unknown profile set"],
+)
+def test_bad_file_exits_2_naming_the_field(
+    runner: CliRunner, tmp_path: Path, mutate: Any, field: str
+) -> None:
+    body = inline_request()
+    mutate(body)
+    result = runner.invoke(main, ["plan", str(write_request(tmp_path, body))])
+    assert result.exit_code == 2
+    assert result.stderr.startswith(f"error: {field}"), result.stderr
+    assert result.stdout == ""
+
+
+def test_nan_in_file_names_the_field(runner: CliRunner, tmp_path: Path) -> None:
+    text = json.dumps(inline_request()).replace('"tbt_ms_p90": 14', '"tbt_ms_p90": NaN', 1)
+    result = runner.invoke(main, ["plan", str(write_request(tmp_path, text))])
+    assert result.exit_code == 2
+    assert result.stderr.startswith("error: profiles.rows[0].tbt_ms_p90: NaN and Infinity are not JSON")
+
+
+def test_unreadable_or_malformed_file_exits_2(runner: CliRunner, tmp_path: Path) -> None:
+    missing = runner.invoke(main, ["plan", str(tmp_path / "absent.json")])
+    assert missing.exit_code == 2
+    assert "cannot read request file" in missing.stderr
+    malformed = runner.invoke(main, ["plan", str(write_request(tmp_path, '{"devices": ['))])
+    assert malformed.exit_code == 2
+    assert malformed.stderr.startswith("error: malformed JSON")
+
+
+def test_solver_failure_exits_1(runner: CliRunner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import solver
+
+    def fail(request: object) -> None:
+        raise SolverFailure("found no plan within time_limit_s=5", field="options.time_limit_s")
+
+    monkeypatch.setattr(solver, "plan", fail)
+    result = runner.invoke(main, ["plan", str(write_request(tmp_path, inline_request()))])
+    assert result.exit_code == 1
+    assert result.stderr == "error: options.time_limit_s: found no plan within time_limit_s=5\n"
+
+
+def test_rich_and_plain_renderers_show_the_same_rows() -> None:
+    pytest.importorskip("rich")
+    from api.render import render_plain, render_rich
+    from models.codec import decode_request
+    from solver import plan
+
+    result = plan(decode_request(json.dumps(inline_request())))
+    plain, rich = io.StringIO(), io.StringIO()
+    render_plain(result, plain)
+    render_rich(result, rich)
+    for text in (plain.getvalue(), rich.getvalue()):
+        assert "Baselines" in text and "greedy" in text and "plan / baseline" in text
+
+
+def test_profiles_lists_sets(runner: CliRunner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FLEETPLAN_PROFILE_STORE", str(write_store(tmp_path / "store")))
+    result = runner.invoke(main, ["profiles"])
+    assert result.exit_code == 0, result.stderr
+    (line,) = [row for row in result.stdout.splitlines() if row.startswith("tiny ")]
+    assert "8 rows" in line and "two devices" in line
+
+    as_json = runner.invoke(main, ["profiles", "--json"])
+    assert "tiny" in [m["name"] for m in json.loads(as_json.stdout)]
+
+
+def test_serve_runs_uvicorn_on_the_app(runner: CliRunner, monkeypatch: pytest.MonkeyPatch) -> None:
+    import uvicorn
+    from litestar import Litestar
+
+    calls = []
+    monkeypatch.setattr(uvicorn, "run", lambda app, **kwargs: calls.append((app, kwargs)))
+    result = runner.invoke(main, ["serve", "--host", "0.0.0.0", "--port", "8123"])
+    assert result.exit_code == 0, result.stderr
+    ((app, kwargs),) = calls
+    assert isinstance(app, Litestar)
+    assert kwargs["host"] == "0.0.0.0" and kwargs["port"] == 8123
+
+
+def test_help_is_fast_because_imports_are_lazy() -> None:
+    """`fleetplan --help` imports neither the solver (pandas, highspy) nor the web stack."""
+    code = (
+        "import sys\n"
+        "from click.testing import CliRunner\n"
+        "from api.cli import main\n"
+        "result = CliRunner().invoke(main, ['--help'])\n"
+        "assert result.exit_code == 0 and 'plan' in result.output\n"
+        "heavy = ('solver', 'pandas', 'highspy', 'litestar', 'uvicorn', 'rich')\n"
+        "print([m for m in heavy if m in sys.modules])\n"
+    )
+    root = Path(__file__).resolve().parents[1]
+    out = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]", out.stdout + out.stderr
