@@ -1,13 +1,16 @@
 """Solve the MILP lexicographically: primary objective, then each tie-break with the previous optimum locked.
 
-A primal heuristic runs first: the LP relaxation is solved through every stage (its primary value is the
-reported LP bound; the later stages make it economical, so rounding up has devices to spare), rounded down,
-then up where devices and budget allow, its flows re-solved with x fixed, and the result handed to the MIP
-as a starting incumbent, so a good plan exists from the first second.
+Primal heuristic first (HiGHS alone struggles to find incumbents on this model: it spends its time on root
+cuts while the LP bound is already nearly tight). The LP relaxation is solved through every stage; its
+primary value is the reported LP bound. Then a RENS-style sub-MIP: every x is boxed between the floor of
+the smallest and the ceiling of the largest value it takes in those LP solutions (the max-goodput LP
+spreads over device types, the min-cost LP packs them; together they span good integer plans), which
+leaves a small MIP that HiGHS solves in a fraction of the time. Its plan (or, if it finds none, the
+economical LP rounded within the devices) seeds the full MIP through setSolution.
 
 A finished stage is locked at its value less a 1e-7 relative slack, not the whole MIP gap: a cost
 tie-break must not buy its savings with goodput (a class would show a sliver "unserved").
-Tie-break stages get at most TIE_BREAK_SHARE of the time limit; what they reach is reported.
+Tie-break stages and the sub-MIP each get at most a share of the time limit; what they reach is reported.
 """
 
 import time
@@ -76,6 +79,7 @@ def rounded_start(form: MatrixForm, cols: Columns, cand: Candidates, x_lp: np.nd
 
 LOCK_SLACK = 1e-7
 TIE_BREAK_SHARE = 0.3
+SUB_MIP_SHARE = 0.3
 
 
 def _lock(form: MatrixForm, name: str, sense: Sense, value: float) -> MatrixForm:
@@ -105,8 +109,12 @@ def optimize(request: PlanRequest, cand: Candidates, stages: list[tuple[str, Sen
     relaxed = _relaxed_stages(form, stages, backend, remaining)
     if relaxed:
         lp_bound = relaxed[0].objective
-        if form.integer.any() and relaxed[-1].values is not None:
-            start = _rounded_flows(form, cols, cand, relaxed[-1].values, name, sense, backend, remaining())
+        if form.integer.any():
+            x_lps = np.array([r.values[: cols.n_pools] for r in relaxed if r.values is not None])
+            sub_limit = min(remaining(), SUB_MIP_SHARE * options.time_limit_s)
+            start = _sub_mip(form, cols, x_lps, name, sense, backend, sub_limit, options.mip_rel_gap)
+            if start is None:
+                start = _rounded_flows(form, cols, cand, x_lps[-1], name, sense, backend, remaining())
     result = backend.solve(
         form, form.objectives[name], sense, time_limit_s=remaining(), mip_rel_gap=options.mip_rel_gap, start=start
     )
@@ -167,6 +175,25 @@ def _relaxed_stages(form: MatrixForm, stages, backend, remaining) -> list[SolveR
         results.append(result)
         form = _lock(form, name, sense, result.objective)
     return results
+
+
+def _sub_mip(
+    form: MatrixForm,
+    cols: Columns,
+    x_lps: np.ndarray,
+    name: str,
+    sense: Sense,
+    backend,
+    time_limit_s: float,
+    mip_rel_gap: float,
+) -> np.ndarray | None:
+    """The MIP with every x boxed in [floor(min over LP solutions), ceil(max over LP solutions)]."""
+    boxed = replace(form, col_lo=form.col_lo.copy(), col_hi=form.col_hi.copy())
+    boxed.col_lo[: cols.n_pools] = np.floor(x_lps.min(axis=0) + 1e-9)
+    boxed.col_hi[: cols.n_pools] = np.minimum(np.ceil(x_lps.max(axis=0) - 1e-9), form.col_hi[: cols.n_pools])
+    boxed.col_lo[: cols.n_pools] = np.minimum(boxed.col_lo[: cols.n_pools], boxed.col_hi[: cols.n_pools])
+    result = backend.solve(boxed, form.objectives[name], sense, time_limit_s=time_limit_s, mip_rel_gap=mip_rel_gap)
+    return result.values
 
 
 def _rounded_flows(

@@ -26,7 +26,7 @@ PROMPTS = (128, 1024)  # profiled prompt lengths; classes fall inside, often str
 KV_BYTES = (1048576, 262144, 65536, 524288, 131072)  # large first: NIC and link limits bind
 MAX_VECTORS = 2000
 RATES = (20.0, 5.0, 50.0, 0.5, 2.37, 11.3)
-OUTPUTS = (32, 128, 4, 256, 17)
+OUTPUTS = (8, 32, 4, 128, 256, 17)
 SLO_TTFT = (2000.3, 800.3, 4000.3, 300.3, 120.3, 40.3)  # whole ms + 0.3: never equal to a latency
 SLO_TBT = (60.3, 30.3, 80.3, 15.3, 8.3, 4.3)
 NICS = (5, 1, 25, 3, 50, 10)  # Gbit/s per device
@@ -107,7 +107,14 @@ def tiny_request_dicts(
         device: dict[str, Any] = {"name": name, "count": draw(st.sampled_from([2, 1, 3, 2, 1, 0])), "memory_gib": 48}
         if priced:
             device["cost_per_hour"] = draw(st.integers(1, 6)) * 0.5
-        nic = with_nic if with_nic is not None else draw(st.booleans())
+        # with_nic=True: the first device has a NIC, the second usually (a NIC on one end only still
+        # bounds that end's traffic, with no transfer time); None: drawn; False: no NICs.
+        if with_nic is None:
+            nic = draw(st.booleans())
+        elif with_nic and devices:
+            nic = draw(st.sampled_from([True, True, False]))
+        else:
+            nic = with_nic
         if nic:
             device["network_gbps"] = float(draw(st.one_of(st.sampled_from(NICS), st.integers(1, 50))))
         devices.append(device)
