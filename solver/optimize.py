@@ -8,7 +8,7 @@ spreads over device types, the min-cost LP packs them; together they span good i
 leaves a small MIP that HiGHS solves in a fraction of the time. Its plan (or, if it finds none, the
 economical LP rounded within the devices) seeds the full MIP through setSolution.
 
-A finished stage is locked at its value less a 1e-7 relative slack, not the whole MIP gap: a cost
+A finished stage is locked at its value less a 1e-9 relative slack, not the whole MIP gap: a cost
 tie-break must not buy its savings with goodput (a class would show a sliver "unserved").
 Tie-break stages and the sub-MIP each get at most a share of the time limit; what they reach is reported.
 """
@@ -77,7 +77,7 @@ def rounded_start(form: MatrixForm, cols: Columns, cand: Candidates, x_lp: np.nd
     return x
 
 
-LOCK_SLACK = 1e-7
+LOCK_SLACK = 1e-9
 TIE_BREAK_SHARE = 0.3
 SUB_MIP_SHARE = 0.3
 

@@ -29,7 +29,9 @@ RATES = (20.0, 5.0, 50.0, 0.5, 2.37, 11.3)
 OUTPUTS = (8, 32, 4, 128, 256, 17)
 SLO_TTFT = (2000.3, 800.3, 4000.3, 300.3, 120.3, 40.3)  # whole ms + 0.3: never equal to a latency
 SLO_TBT = (60.3, 30.3, 80.3, 15.3, 8.3, 4.3)
-NICS = (5, 1, 25, 3, 50, 10)  # Gbit/s per device
+NICS = (5, 1, 25, 3, 50, 10)
+PAIRED_SLO_TTFT = (800.3, 300.3, 2000.3, 150.3, 4000.3)
+PAIRED_SLO_TBT = (20.3, 30.3, 15.3, 60.3)  # Gbit/s per device
 
 
 def _percentiles(value: int) -> tuple[int, int, int]:
@@ -38,14 +40,23 @@ def _percentiles(value: int) -> tuple[int, int, int]:
 
 
 @st.composite
-def _profile_rows(draw: st.DrawFn, models: list[str], devices: list[str]) -> list[dict[str, Any]]:
+def _profile_rows(draw: st.DrawFn, models: list[str], devices: list[str], paired: bool) -> list[dict[str, Any]]:
+    """Rows at prompts 128 and 1024 for tp 1 (sometimes 2) and batch 1 and 4; a few keys left out.
+
+    paired: the first device prefills fast but decodes slowly and the second the other way round (the
+    study's heterogeneous pairing), so that cross-type disaggregated routes win and KV limits bind.
+    """
     rows = []
     for model in models:
-        for device in devices:
-            ttft_128 = draw(st.integers(10, 150))  # ms, tp 1, batch 1, at prompt 128 (p90)
+        for position, device in enumerate(devices):
+            if paired:
+                ttft_range, tbt_range = ((10, 60), (25, 60)) if position == 0 else ((150, 600), (4, 15))
+            else:
+                ttft_range, tbt_range = (10, 150), (4, 40)
+            ttft_128 = draw(st.integers(*ttft_range))  # ms, tp 1, batch 1, at prompt 128 (p90)
             ttft_growth = draw(st.integers(2, 8))  # prompt 1024 / prompt 128
             ttft_batch = draw(st.integers(150, 400)) / 100  # batch 4 / batch 1
-            tbt_1 = draw(st.integers(4, 40))
+            tbt_1 = draw(st.integers(*tbt_range))
             tbt_growth = draw(st.integers(100, 130)) / 100
             tbt_batch = draw(st.integers(100, 150)) / 100
             tps = [1, 2] if draw(st.booleans()) else [1]
@@ -95,10 +106,12 @@ def tiny_request_dicts(
     n_models: int | None = None,
     n_classes: int | None = None,
     objective: str = "max_goodput",
+    paired: bool | None = False,
     max_vectors: int = MAX_VECTORS,
 ) -> dict[str, Any]:
     """The request as builtins (see tiny_requests)."""
-    n_devices = draw(st.integers(1, 2))
+    paired = _flag(draw, paired)
+    n_devices = 2 if paired else draw(st.sampled_from([2, 1, 2]) if with_nic or with_links else st.integers(1, 2))
     device_names = list(DEVICE_NAMES[:n_devices])
     budget = _flag(draw, with_budget)
     priced = objective == "min_cost" or budget or draw(st.booleans())
@@ -122,13 +135,18 @@ def tiny_request_dicts(
     n_models = n_models or draw(st.integers(1, 2))
     model_names = list(MODEL_NAMES[:n_models])
     models = [{"name": m, "kv_bytes_per_token": draw(st.sampled_from(KV_BYTES))} for m in model_names]
-    rows = draw(_profile_rows(model_names, device_names))
+    rows = draw(_profile_rows(model_names, device_names, paired))
 
     n_classes = n_classes or draw(st.integers(1, 3))
     workloads = []
     for index in range(n_classes):
         prompt = draw(st.one_of(st.sampled_from(PROMPTS), st.integers(129, 1023)))
-        if objective == "max_goodput":
+        if paired and objective == "max_goodput":
+            # Between the two devices' latencies: the gpu's TBT or the acc's TTFT often misses the SLO.
+            rate = draw(st.sampled_from(RATES))
+            ttft_slo = draw(st.sampled_from(PAIRED_SLO_TTFT))
+            tbt_slo = draw(st.sampled_from(PAIRED_SLO_TBT))
+        elif objective == "max_goodput":
             rate = draw(st.one_of(st.sampled_from(RATES), st.integers(50, 5000).map(lambda r: r / 100)))
             ttft_slo = draw(st.one_of(st.sampled_from(SLO_TTFT), st.integers(100, 4000).map(lambda v: v + 0.3)))
             tbt_slo = draw(st.one_of(st.sampled_from(SLO_TBT), st.integers(5, 80).map(lambda v: v + 0.3)))
@@ -152,17 +170,19 @@ def tiny_request_dicts(
     kv_budget = None
     if _flag(draw, with_links):
         gbps = st.sampled_from([5.0, 1.0, 20.0, 0.0, 0.5, 2.0, 10.0, 50.0])
-        for source in device_names:
-            for target in device_names:
-                if draw(st.booleans()):
-                    links.append({"source": source, "target": target, "gbps": draw(gbps)})
+        # The first link is always there (cross-type when there are two types); the others are drawn.
+        pairs = [(device_names[0], device_names[-1])]
+        pairs += [(s, t) for s in device_names for t in device_names if (s, t) != pairs[0]]
+        for index, (source, target) in enumerate(pairs):
+            if index == 0 or draw(st.booleans()):
+                links.append({"source": source, "target": target, "gbps": draw(gbps)})
         if draw(st.booleans()):
             kv_budget = draw(gbps)
 
     # (allow_colocated, allow_disaggregated). KV limits only matter when disaggregated routes carry the
     # flow, and colocated routes often win, so NIC and link suites lean towards disaggregated-only.
     kv_limits = with_nic or with_links
-    role_choices = [(False, True), (True, True), (False, True), (True, False)] if kv_limits else [
+    role_choices = [(False, True), (True, True), (False, True)] if kv_limits else [
         (True, True), (True, True), (True, False), (False, True)]
     roles = draw(st.sampled_from(role_choices))
     options: dict[str, Any] = {
@@ -200,7 +220,8 @@ def tiny_requests(draw: st.DrawFn, pooling: str = "model", **kwargs: Any) -> Pla
     """A tiny PlanRequest with inline profile rows whose x enumeration has at most `max_vectors` vectors.
 
     Keyword arguments (None = drawn): with_nic, with_links (links and sometimes kv_budget_gbps),
-    with_budget (default False), n_models (1-2), n_classes (1-3), objective, max_vectors.
+    with_budget (default False), n_models (1-2), n_classes (1-3), objective, paired (default False: two
+    device types, one fast at prefill and one at decode), max_vectors.
     """
     return msgspec.convert(draw(tiny_request_dicts(pooling=pooling, **kwargs)), PlanRequest)
 
