@@ -26,10 +26,9 @@ from litestar.openapi.spec import Reference, Schema
 from litestar.params import Body, Parameter
 from litestar.typing import FieldDefinition
 
-from api.body import decode_plan_request
 from api.errors import PROBLEM_JSON, problem_response
 from api.schemas import Health, Problem, ProfileSetSummary
-from models.codec import convert
+from models.codec import convert, decode_request
 from models.errors import SolverFailure
 from models.plan import Plan, PlanRequest
 from models.profile import ProfileSetManifest
@@ -82,7 +81,7 @@ class CodecBody(AbstractDTO[PlanRequest]):
         return schema_creator.for_field_definition(field_definition)  # type: ignore[no-any-return]
 
     def decode_bytes(self, value: bytes) -> PlanRequest:
-        return decode_plan_request(value)
+        return decode_request(value)
 
     def decode_builtins(self, value: dict[str, Any]) -> PlanRequest:
         return convert(value, PlanRequest)

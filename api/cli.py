@@ -51,11 +51,11 @@ def main() -> None:
 @click.option("--plain", is_flag=True, help="Plain-text tables even on a terminal with rich installed.")
 def plan_command(file: Path, as_json: bool, time_limit: float | None, plain: bool) -> None:
     """Plan the fleet described by the PlanRequest JSON in FILE."""
-    from api.body import read_plan_request
+    from models.codec import read_request
     from models.errors import PlannerError
 
     try:
-        request = read_plan_request(file)
+        request = read_request(file)
         if time_limit is not None:
             request = _with_time_limit(request, time_limit)
         from solver import plan

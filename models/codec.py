@@ -1,5 +1,7 @@
 """Decode and encode the domain types: the one door every edge (HTTP, CLI files, fixtures) goes through."""
 
+import json
+import math
 import re
 from pathlib import Path
 from typing import Any, TypeVar
@@ -41,6 +43,33 @@ def decode(data: bytes | str, type_: type[T]) -> T:
         raise InputError(f"malformed JSON: {error}") from error
 
 
+def locate_non_finite(data: bytes | str) -> str | None:
+    """The path of the first NaN/Infinity in `data` ("profiles.rows[0].ttft_ms_p90"), if any.
+
+    Python's json.dumps writes NaN and Infinity, which are not JSON: msgspec reports them as malformed
+    JSON at a byte offset. Python's own parser accepts them, so it can say which field holds one.
+    """
+
+    def walk(node: object, path: str) -> str | None:
+        if isinstance(node, float) and not math.isfinite(node):
+            return path or "$"
+        children: list[tuple[str, object]] = []
+        if isinstance(node, dict):
+            children = [(f"{path}.{k}" if path else str(k), v) for k, v in node.items()]
+        elif isinstance(node, list):
+            children = [(f"{path}[{i}]", v) for i, v in enumerate(node)]
+        for child_path, child in children:
+            found = walk(child, child_path)
+            if found is not None:
+                return found
+        return None
+
+    try:
+        return walk(json.loads(data), "")
+    except (ValueError, RecursionError):
+        return None
+
+
 def decode_request(data: bytes | str) -> PlanRequest:
     """A PlanRequest from JSON, validated (types, bounds and cross-field rules)."""
     try:
@@ -48,6 +77,10 @@ def decode_request(data: bytes | str) -> PlanRequest:
     except msgspec.ValidationError as error:
         raise _input_error(error) from error
     except msgspec.DecodeError as error:
+        path = locate_non_finite(data)
+        if path is not None:
+            msg = "NaN and Infinity are not JSON numbers; give a finite number"
+            raise InputError(msg, field=path) from error
         raise InputError(f"malformed JSON: {error}") from error
 
 

@@ -127,9 +127,10 @@ def content_hash(frame: pd.DataFrame) -> str:
     return hashlib.sha256(buffer.getvalue().encode()).hexdigest()
 
 
-def from_frame(frame: pd.DataFrame, name: str) -> ProfileTable:
+def from_frame(frame: pd.DataFrame, name: str, sha256: str | None = None) -> ProfileTable:
+    """A checked table; `sha256` defaults to the hash of its canonical rendering."""
     clean = normalize(frame)
-    return ProfileTable(name=name, sha256=content_hash(clean), frame=clean)
+    return ProfileTable(name=name, sha256=sha256 or content_hash(clean), frame=clean)
 
 
 def from_rows(rows: list[ProfileRow], name: str = "inline") -> ProfileTable:
@@ -138,10 +139,12 @@ def from_rows(rows: list[ProfileRow], name: str = "inline") -> ProfileTable:
 
 
 def read_csv(path: Path, name: str) -> ProfileTable:
-    """A table from a profile CSV; an unreadable or malformed file names itself."""
+    """A table from a profile CSV, hashed as stored (the hash its manifest records); an unreadable or
+    malformed file names itself."""
     try:
-        frame = pd.read_csv(path)
+        data = path.read_bytes()
+        frame = pd.read_csv(io.BytesIO(data))
     except (OSError, ValueError) as error:
         msg = f"cannot read profile set {name!r} at {path}: {error}"
         raise ProfileMissing(msg, field="profiles.set") from error
-    return from_frame(frame, name)
+    return from_frame(frame, name, hashlib.sha256(data).hexdigest())

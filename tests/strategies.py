@@ -176,7 +176,7 @@ def tiny_request_dicts(
         for index, (source, target) in enumerate(pairs):
             if index == 0 or draw(st.booleans()):
                 links.append({"source": source, "target": target, "gbps": draw(gbps)})
-        if draw(st.booleans()):
+        if draw(st.sampled_from([True, False])):
             kv_budget = draw(gbps)
 
     # (allow_colocated, allow_disaggregated). KV limits only matter when disaggregated routes carry the

@@ -21,7 +21,7 @@ from litestar.testing import TestClient
 
 import api.app
 from api.app import create_app
-from api.body import locate_non_finite
+from models.codec import locate_non_finite
 from api.errors import PROBLEM_JSON
 from models.errors import PlanVerificationError
 from models.plan import Plan
