@@ -106,7 +106,9 @@ def optimize(request: PlanRequest, cand: Candidates, stages: list[tuple[str, Sen
     solve_began = time.perf_counter()
     name, sense = stages[0]
     lp_bound, start = None, None
-    relaxed = _relaxed_stages(form, stages, backend, remaining)
+    # the min-cost LP always joins the box: it packs devices where the goodput LP spreads them
+    box_stages = stages if any(n == "cost" for n, _ in stages) else [*stages, ("cost", Sense.MIN)]
+    relaxed = _relaxed_stages(form, box_stages, backend, remaining)
     if relaxed:
         lp_bound = relaxed[0].objective
         if form.integer.any():

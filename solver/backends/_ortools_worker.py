@@ -106,7 +106,7 @@ def solve(data: dict[str, np.ndarray]) -> dict[str, object]:
         "objective": np.float64(objective),
         "bound": np.float64(bound),
         "seconds": np.float64(seconds),
-        "detail": np.str_(f"{name} {solver.SolverVersion()}; {solver.nodes()} nodes" if is_mip else name),
+        "detail": np.str_(f"{solver.SolverVersion()}; {solver.nodes()} nodes" if is_mip else name),
     }
 
 

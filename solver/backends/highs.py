@@ -62,6 +62,8 @@ class HighsBackend:
         h.setOptionValue("time_limit", max(float(time_limit_s), 1e-3))
         h.setOptionValue("mip_rel_gap", float(mip_rel_gap))
         h.setOptionValue("mip_abs_gap", 1e-9)
+        # Restarts re-presolve after the root; measured slower on every bench instance (bench/README.md).
+        h.setOptionValue("mip_allow_restart", False)
         h.passModel(_lp(form, objective, sense, relax))
         if start is not None and not relax:
             solution = highspy.HighsSolution()
