@@ -1,0 +1,293 @@
+"""Solver behaviour on the bundled fixtures and on small hand-made instances, every plan verified."""
+
+from pathlib import Path
+
+import msgspec
+import pytest
+
+from models.codec import read_request
+from models.errors import PlanVerificationError, ProfileMissing
+from models.plan import Plan, PlanRequest
+from models.workload import CATALOG
+from profiler.tables import from_rows
+from solver import plan
+from solver.candidates import build_candidates
+from solver.pipeline import resolve_profiles
+from solver.verify import verify
+
+REQUESTS = Path(__file__).resolve().parent.parent / "fixtures" / "requests"
+
+
+def fixture_request(name: str) -> PlanRequest:
+    return read_request(REQUESTS / f"{name}.json")
+
+
+def rows(devices: dict[str, tuple[float, float]], model: str = "llama-3.2-1b") -> list[dict]:
+    """Rows at prompts 128 and 1024, batches 1 and 4: TTFT grows with prompt and batch, TBT with batch."""
+    out = []
+    for device, (prefill, decode) in devices.items():
+        for batch in (1, 4):
+            for prompt in (128, 1024):
+                ttft = prefill * (20 + 0.1 * prompt * batch**0.8)
+                tbt = decode * (20 + 1.5 * batch)
+                out.append(
+                    {
+                        "model": model,
+                        "device": device,
+                        "tp": 1,
+                        "batch": batch,
+                        "prompt_tokens": prompt,
+                        "ttft_ms_p50": ttft,
+                        "ttft_ms_p90": ttft * 1.1,
+                        "ttft_ms_p99": ttft * 1.3,
+                        "tbt_ms_p50": tbt,
+                        "tbt_ms_p90": tbt * 1.1,
+                        "tbt_ms_p99": tbt * 1.2,
+                    }
+                )
+    return out
+
+
+def small_request(**changes) -> PlanRequest:
+    body = {
+        "devices": [
+            {"name": "gpu", "count": 2, "network_gbps": 25, "kind": "gpu", "cost_per_hour": 2},
+            {"name": "acc", "count": 4, "network_gbps": 25, "cost_per_hour": 1},
+        ],
+        "workloads": [
+            {"name": "a", "model": "llama-3.2-1b", "prompt_tokens": 512, "output_tokens": 64, "rate_rps": 30,
+             "slo": {"ttft_ms": 300, "tbt_ms": 40}},
+            {"name": "b", "model": "llama-3.2-1b", "prompt_tokens": 128, "output_tokens": 128, "rate_rps": 20,
+             "slo": {"ttft_ms": 100, "tbt_ms": 30}},
+        ],
+        "profiles": {"rows": rows({"gpu": (1.0, 1.0), "acc": (2.5, 0.8)})},
+        "options": {"mip_rel_gap": 1e-9},
+    }
+    body.update(changes)
+    return msgspec.convert(body, PlanRequest)
+
+
+def checked(request: PlanRequest) -> Plan:
+    result = plan(request)
+    verify(request, result, resolve_profiles(request))
+    return result
+
+
+def weighted(request: PlanRequest, result: Plan) -> float:
+    weights = {w.name: w.weight for w in request.workloads}
+    return sum(weights[r.name] * r.served_rps for r in result.workloads)
+
+
+# --- the bundled fixtures: what the issue promises ------------------------------------------------------
+
+
+def test_paper_plan_beats_gpu_only_and_is_at_least_greedy():
+    request = fixture_request("paper")
+    result = checked(request)
+    assert result.status == "optimal"
+    assert result.baselines is not None
+    gpu_only = result.baselines.gpu_only
+    assert gpu_only.device == "a6000ada"
+    assert result.slo_rps > 1.5 * gpu_only.slo_rps  # the study saw up to ~2x
+    assert result.slo_rps >= result.baselines.greedy.slo_rps - 1e-6
+    assert any(r.prefill is not None for w in result.workloads for r in w.routes), "expected disaggregation"
+
+
+def test_scarce_gpus_fleet_wide_milp_strictly_beats_greedy():
+    result = checked(fixture_request("scarce_gpus"))
+    assert result.baselines is not None
+    assert result.slo_rps > result.baselines.greedy.slo_rps * 1.01
+
+
+def test_link_fixture_budget_binds_and_costs_goodput():
+    request = fixture_request("link_bound")
+    result = checked(request)
+    budgets = {(link.source, link.target): link.gbps for link in request.links}
+    used = {(link.source, link.target): link.gbps for link in result.links}
+    cross = sum(v for (s, t), v in used.items() if s != t)
+    binding = [pair for pair, cap in budgets.items() if used.get(pair, 0.0) >= cap * (1 - 1e-6)]
+    assert binding or (request.kv_budget_gbps is not None and cross >= request.kv_budget_gbps * (1 - 1e-6))
+    unlimited = msgspec.structs.replace(request, links=[], kv_budget_gbps=None)
+    assert plan(unlimited).slo_rps > result.slo_rps + 1e-6
+
+
+def test_infeasible_fixture_reports_infeasible_with_reasons():
+    result = checked(fixture_request("infeasible"))
+    assert result.status == "infeasible"
+    short = [w for w in result.workloads if w.unserved_rps > 1e-6]
+    assert short and all(w.reason for w in short)
+
+
+# --- formulation details ----------------------------------------------------------------------------------
+
+
+def test_prompt_between_profiled_points_is_interpolated_linearly():
+    request = small_request()
+    table = resolve_profiles(request)
+    latency = build_candidates(request, table).latency
+    point = latency[(latency["w"] == 0) & (latency["device"] == "gpu") & (latency["batch"] == 4)].iloc[0]
+    frame = table.frame
+    at = frame[(frame["device"] == "gpu") & (frame["batch"] == 4)].set_index("prompt_tokens")["ttft_ms_p90"]
+    expected = at[128] + (512 - 128) / (1024 - 128) * (at[1024] - at[128])
+    assert point["ttft_ms"] == pytest.approx(expected, rel=1e-12)
+
+
+def test_prompt_outside_profile_is_explained_not_extrapolated():
+    request = small_request()
+    too_long = msgspec.structs.replace(request.workloads[0], prompt_tokens=4096)
+    result = checked(msgspec.structs.replace(request, workloads=[too_long, request.workloads[1]]))
+    first = result.workloads[0]
+    assert first.served_rps == 0.0
+    assert "outside the profiled prompt range" in first.reason
+
+
+def test_unmeetable_tbt_names_the_best_device():
+    request = small_request()
+    strict = msgspec.structs.replace(request.workloads[1], slo=msgspec.structs.replace(request.workloads[1].slo, tbt_ms=10))
+    result = checked(msgspec.structs.replace(request, workloads=[request.workloads[0], strict]))
+    reason = result.workloads[1].reason
+    assert reason.startswith("no device meets TBT 10 ms for llama-3.2-1b at p90: best is acc")
+
+
+def test_device_capacity_is_named_when_demand_exceeds_fleet():
+    result = checked(small_request())
+    assert any(w.reason and "device capacity" in w.reason for w in result.workloads)
+
+
+def test_model_pooling_never_worse_than_class_pooling():
+    request = small_request()
+    by_class = msgspec.structs.replace(request, options=msgspec.structs.replace(request.options, pooling="class"))
+    assert weighted(request, checked(request)) >= weighted(by_class, checked(by_class)) - 1e-6
+
+
+def test_budget_per_hour_binds():
+    request = small_request()
+    free = checked(request)
+    budget = free.cost_per_hour / 2
+    capped = msgspec.structs.replace(request, options=msgspec.structs.replace(request.options, budget_per_hour=budget))
+    result = checked(capped)
+    assert result.cost_per_hour <= budget + 1e-9
+    assert result.slo_rps < free.slo_rps
+
+
+def test_cost_tie_break_uses_no_more_devices_than_needed():
+    request = small_request(devices=[{"name": "gpu", "count": 50, "kind": "gpu"}, {"name": "acc", "count": 50}])
+    result = checked(request)
+    assert result.slo_rps == pytest.approx(sum(w.rate_rps for w in request.workloads), rel=1e-6)
+    assert all(pool.utilization > 0 for pool in result.pools)
+    assert "cost: optimal" in (result.solver.tie_break or "")
+
+
+def test_min_cost_serves_everything_when_possible():
+    request = small_request(devices=[{"name": "gpu", "count": 20, "cost_per_hour": 3}, {"name": "acc", "count": 20, "cost_per_hour": 1}])
+    cheap = msgspec.structs.replace(request, options=msgspec.structs.replace(request.options, objective="min_cost"))
+    result = checked(cheap)
+    assert result.status == "optimal"
+    assert all(w.unserved_rps <= 1e-6 for w in result.workloads)
+    goodput_plan = checked(request)
+    assert result.cost_per_hour <= goodput_plan.cost_per_hour + 1e-6
+
+
+def test_max_min_fraction_balances_classes():
+    request = small_request(devices=[{"name": "gpu", "count": 1}, {"name": "acc", "count": 1}])
+    fair = msgspec.structs.replace(request, options=msgspec.structs.replace(request.options, objective="max_min_fraction"))
+    result = checked(fair)
+    fractions = [r.served_rps / w.rate_rps for r, w in zip(result.workloads, request.workloads, strict=True)]
+    greedy_fractions = [r.served_rps / w.rate_rps for r, w in zip(checked(request).workloads, request.workloads, strict=True)]
+    assert min(fractions) >= min(greedy_fractions) - 1e-9
+
+
+def test_no_candidates_status():
+    request = small_request(workloads=[
+        {"name": "x", "model": "llama-3.2-1b", "prompt_tokens": 512, "output_tokens": 8, "rate_rps": 1,
+         "slo": {"ttft_ms": 1, "tbt_ms": 1}},
+    ])
+    result = checked(request)
+    assert result.status == "no_candidates"
+    assert result.workloads[0].reason.startswith("no device meets TBT 1 ms")
+
+
+def test_model_without_profile_rows_is_an_input_error_naming_the_class():
+    request = small_request(workloads=[
+        {"name": "x", "model": "mistral-7b", "prompt_tokens": 512, "output_tokens": 8, "rate_rps": 1,
+         "slo": {"ttft_ms": 100, "tbt_ms": 100}},
+    ])
+    with pytest.raises(ProfileMissing) as caught:
+        plan(request)
+    assert caught.value.field == "workloads[0].model"
+
+
+def test_catalog_kv_bytes_match_public_shapes():
+    expected = {"llama-3.2-1b": 32768, "llama-3.2-3b": 114688, "mistral-7b": 131072, "llama-2-7b": 524288,
+                "llama-3.1-8b": 131072, "llama-3.1-70b": 327680}
+    assert {name: spec.kv_bytes for name, spec in CATALOG.items()} == expected
+
+
+# --- verify() catches what it must -----------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def paper_plan() -> tuple[PlanRequest, Plan]:
+    request = fixture_request("paper")
+    return request, plan(request, with_baselines=False)
+
+
+def _tamper_pool(result: Plan, **changes) -> Plan:
+    biggest = max(range(len(result.pools)), key=lambda i: result.pools[i].instances)
+    pools = list(result.pools)
+    pools[biggest] = msgspec.structs.replace(pools[biggest], **changes)
+    return msgspec.structs.replace(result, pools=pools)
+
+
+def test_verify_accepts_the_plan(paper_plan):
+    request, result = paper_plan
+    verify(request, result, resolve_profiles(request))
+
+
+@pytest.mark.parametrize(
+    ("tamper", "expected"),
+    [
+        (lambda r: _tamper_pool(r, instances=0), "capacity"),
+        (lambda r: _tamper_pool(r, instances=r.pools[0].instances + 100), "devices"),
+        (lambda r: msgspec.structs.replace(r, slo_rps=r.slo_rps + 1), "slo_rps"),
+        (lambda r: msgspec.structs.replace(r, cost_per_hour=r.cost_per_hour + 1), "cost_per_hour"),
+        (
+            lambda r: msgspec.structs.replace(
+                r,
+                workloads=[
+                    msgspec.structs.replace(
+                        r.workloads[0],
+                        routes=[msgspec.structs.replace(r.workloads[0].routes[0], tbt_ms=1e4, ttft_ms=1e4, prefill_ms=1e4)],
+                    ),
+                    *r.workloads[1:],
+                ],
+            ),
+            "SLO",
+        ),
+    ],
+)
+def test_verify_rejects_tampered_plans(paper_plan, tamper, expected):
+    request, result = paper_plan
+    with pytest.raises(PlanVerificationError, match=expected):
+        verify(request, tamper(result))
+
+
+def test_verify_checks_latencies_against_the_profile(paper_plan):
+    request, result = paper_plan
+    first = result.workloads[0]
+    route = first.routes[0]
+    faster = msgspec.structs.replace(route, tbt_ms=route.tbt_ms * 0.5)
+    tampered = msgspec.structs.replace(
+        result, workloads=[msgspec.structs.replace(first, routes=[faster, *first.routes[1:]]), *result.workloads[1:]]
+    )
+    with pytest.raises(PlanVerificationError, match="differ from the profile"):
+        verify(request, tampered, resolve_profiles(request))
+
+
+def test_inline_rows_and_stored_set_give_the_same_plan():
+    request = fixture_request("paper")
+    table = resolve_profiles(request)
+    inline_rows = msgspec.convert(table.frame.drop(columns="source").to_dict("records"), list[dict])
+    inline = msgspec.structs.replace(request, profiles=msgspec.convert({"rows": inline_rows}, type(request.profiles)))
+    assert plan(inline, with_baselines=False).slo_rps == pytest.approx(plan(request, with_baselines=False).slo_rps, rel=1e-9)
+    assert from_rows(inline.profiles.rows).frame.shape == table.frame.shape
