@@ -5,6 +5,7 @@ Greedy: classes in order of weight * demand each take their best single pairing 
 the devices still free, the per-workload pairing of the original study.
 """
 
+import dataclasses
 import math
 
 import msgspec
@@ -13,7 +14,7 @@ import pandas as pd
 
 from models.plan import GpuOnlyBaseline, GreedyBaseline, PlanRequest
 from solver.backends import Sense
-from solver.candidates import Candidates
+from solver.candidates import Candidates, keep_pools
 
 
 def baseline_device(request: PlanRequest) -> str | None:
@@ -23,17 +24,18 @@ def baseline_device(request: PlanRequest) -> str | None:
     return next((d.name for d in request.devices if d.kind == "gpu"), None)
 
 
-def gpu_only(request: PlanRequest, table, time_limit_s: float) -> GpuOnlyBaseline:
-    """Max goodput with colocated pools on the baseline device only."""
-    from solver.candidates import build_candidates
+def gpu_only(cand: Candidates, time_limit_s: float) -> GpuOnlyBaseline:
+    """Max goodput with colocated pools on the baseline device only: the plan's own candidates, restricted."""
     from solver.optimize import optimize
 
+    request = cand.request
     device = baseline_device(request)
     if device is None:
         return GpuOnlyBaseline(device=None, slo_rps=0.0, reason="no device of kind 'gpu'; set options.baseline_device")
+    if not request.options.allow_colocated:
+        return GpuOnlyBaseline(device=device, slo_rps=0.0, reason="options.allow_colocated is false")
     options = msgspec.structs.replace(
         request.options,
-        allow_colocated=True,
         allow_disaggregated=False,
         objective="max_goodput",
         budget_per_hour=None,
@@ -42,10 +44,13 @@ def gpu_only(request: PlanRequest, table, time_limit_s: float) -> GpuOnlyBaselin
     restricted = msgspec.structs.replace(
         request, devices=[d for d in request.devices if d.name == device], links=[], kv_budget_gbps=None, options=options
     )
-    cand = build_candidates(restricted, table)
-    if cand.uses.empty:
+    on_device = ((cand.pools["role"] == "colocated") & (cand.pools["device"] == device)).to_numpy()
+    pools, uses = keep_pools(cand.pools, cand.uses, on_device)
+    if uses.empty:
         return GpuOnlyBaseline(device=device, slo_rps=0.0, reason=f"no colocated candidate on {device} meets any SLO")
-    outcome = optimize(restricted, cand, [("goodput", Sense.MAX)])
+    devices = cand.devices[cand.devices["device"] == device].reset_index(drop=True)
+    restricted_cand = dataclasses.replace(cand, request=restricted, pools=pools, uses=uses, devices=devices, keyed=False)
+    outcome = optimize(restricted, restricted_cand, [("goodput", Sense.MAX)])
     if outcome.values is None:
         return GpuOnlyBaseline(device=device, slo_rps=0.0, reason=f"solver: {outcome.termination}")
     served = outcome.values[outcome.columns.use_offset : outcome.columns.chain_offset]
@@ -60,21 +65,25 @@ def _per_instance(cand: Candidates, uses: pd.DataFrame) -> np.ndarray:
     return np.minimum(rho * uses["rate_rps"].to_numpy(), nic_limit)
 
 
-def _pairings(cand: Candidates, w: int) -> pd.DataFrame:
-    """Every single pairing of class w with its devices per RPS: colocated pools and reachable (P, D) pairs."""
-    uses = cand.uses[cand.uses["w"] == w].copy()
+def _pairings(cand: Candidates) -> pd.DataFrame:
+    """Every single pairing of every class, with devices per RPS: colocated pools and reachable (P, D) pairs.
+
+    The best pool per (class, device, tp, key, tier or level) is enough to rank pairings.
+    """
+    uses = cand.uses.copy()
     uses["per_instance"] = _per_instance(cand, uses)
     uses["device_per_rps"] = uses["tp"] / uses["per_instance"]
     colocated = uses[uses["role"] == "colocated"]
-    # the best pool per (device, tp, key, tier/level) is enough to rank pairings
-    decode = uses[uses["role"] == "decode"].sort_values("device_per_rps").drop_duplicates(["key", "tier", "device", "tp"])
-    prefill = uses[uses["role"] == "prefill"].sort_values("device_per_rps").drop_duplicates(["key", "level", "device", "tp"])
-    pairs = prefill.merge(decode, on="key", suffixes=("_p", "_d"))
+    decode = uses[uses["role"] == "decode"].sort_values("device_per_rps", kind="stable")
+    decode = decode.drop_duplicates(["w", "key", "tier", "device", "tp"])
+    prefill = uses[uses["role"] == "prefill"].sort_values("device_per_rps", kind="stable")
+    prefill = prefill.drop_duplicates(["w", "key", "level", "device", "tp"])
+    pairs = prefill.merge(decode, on=["w", "key"], suffixes=("_p", "_d"))
     pairs = pairs[pairs["tier_d"] <= pairs["level_p"]]
-    rows = [
+    parts = [
         pd.DataFrame(
             {
-                "kind": "colocated",
+                "w": colocated["w"],
                 "device_p": colocated["device"],
                 "tp_p": colocated["tp"],
                 "per_p": colocated["per_instance"],
@@ -86,7 +95,7 @@ def _pairings(cand: Candidates, w: int) -> pd.DataFrame:
         ),
         pd.DataFrame(
             {
-                "kind": "pair",
+                "w": pairs["w"],
                 "device_p": pairs["device_p"],
                 "tp_p": pairs["tp_p"],
                 "per_p": pairs["per_instance_p"],
@@ -97,7 +106,8 @@ def _pairings(cand: Candidates, w: int) -> pd.DataFrame:
             }
         ),
     ]
-    return pd.concat([r for r in rows if not r.empty], ignore_index=True).sort_values("cost", kind="stable")
+    table = pd.concat([p for p in parts if not p.empty], ignore_index=True)
+    return table.sort_values(["w", "cost"], kind="stable").reset_index(drop=True)
 
 
 def _serve(pairing, demand: float, free: dict[str, float], kv: float, links: dict, kv_budget: float) -> tuple:
@@ -140,12 +150,16 @@ def greedy(cand: Candidates) -> GreedyBaseline:
     price = {d.name: d.cost_per_hour for d in request.devices}
     order = np.argsort(-(classes["weight"] * classes["rate_rps"]).to_numpy(), kind="stable")
     served_total = 0.0
+    if cand.uses.empty:
+        return GreedyBaseline(slo_rps=0.0)
+    pairings = _pairings(cand)
+    by_class = dict(tuple(pairings.groupby("w", sort=False)))
     for w in order:
         demand = float(classes.at[w, "rate_rps"])
-        if demand <= 0 or not (cand.uses["w"] == w).any():
+        if demand <= 0 or w not in by_class:
             continue
         kv = float(classes.at[w, "kv_gbit"])
-        for pairing in _pairings(cand, w).itertuples(index=False):
+        for pairing in by_class[w].itertuples(index=False):
             need_p = pairing.tp_p + (pairing.tp_d if pairing.device_d == pairing.device_p else 0)
             if free[pairing.device_p] < need_p or (pairing.device_d is not None and free[pairing.device_d] < pairing.tp_d):
                 continue

@@ -245,15 +245,21 @@ def drop_dominated_pools(pools: pd.DataFrame, uses: pd.DataFrame) -> tuple[pd.Da
     mutual = np.array([(b, a) in pair_set for a, b in pair_set], dtype=bool)
     a_idx = np.array([a for a, _ in pair_set], dtype=np.int64)
     b_idx = np.array([b for _, b in pair_set], dtype=np.int64)
-    drop = set(b_idx[~mutual | (a_idx < b_idx)].tolist()) if len(pair_set) else set()
-    if not drop:
+    drop = b_idx[~mutual | (a_idx < b_idx)] if len(pair_set) else np.zeros(0, np.int64)
+    if not len(drop):
         return pools, uses
-    kept = pools[~pools.index.isin(list(drop))].reset_index(drop=True)
+    return keep_pools(pools, uses, ~pools.index.isin(drop))
+
+
+def keep_pools(pools: pd.DataFrame, uses: pd.DataFrame, keep: np.ndarray) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The pools where `keep` holds, renumbered 0..n-1, and the uses of those pools."""
+    kept = pools[keep].reset_index(drop=True)
     kept.index.name = "pool"
-    renumber = pd.Series(np.arange(len(kept)), index=pools.index[~pools.index.isin(list(drop))])
-    uses = uses[~uses["pool"].isin(list(drop))].copy()
-    uses["pool"] = renumber.loc[uses["pool"]].to_numpy()
-    return kept, uses
+    renumber = np.full(len(pools), -1)
+    renumber[np.flatnonzero(keep)] = np.arange(len(kept))
+    uses = uses[keep[uses["pool"].to_numpy()]].copy()
+    uses["pool"] = renumber[uses["pool"].to_numpy()]
+    return kept, uses.reset_index(drop=True)
 
 
 def build_candidates(request: PlanRequest, table: ProfileTable) -> Candidates:

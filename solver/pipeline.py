@@ -84,7 +84,7 @@ def plan(request: PlanRequest, store: ProfileStore | None = None, *, with_baseli
     base = None
     if with_baselines:
         remaining = request.options.time_limit_s - (time.perf_counter() - began)
-        base = Baselines(gpu_only=baselines.gpu_only(request, table, remaining), greedy=baselines.greedy(cand))
+        base = Baselines(gpu_only=baselines.gpu_only(cand, remaining), greedy=baselines.greedy(cand))
     info = _solver_info(request, outcome)
     bound, gap = _bound_and_gap(outcome, request)
     result = Plan(

@@ -23,10 +23,11 @@ def _at_most(a: float, b: float) -> bool:
     return a <= b + REL * max(1.0, abs(b))
 
 
-def _interpolated(frame, model: str, ref: PoolRef, prompt: int, column: str) -> float:
-    rows = frame[
-        (frame["model"] == model) & (frame["device"] == ref.device) & (frame["tp"] == ref.tp) & (frame["batch"] == ref.batch)
-    ].sort_values("prompt_tokens")
+def _interpolated(groups, model: str, ref: PoolRef, prompt: int, column: str) -> float:
+    """np.interp over the profiled prompts of one (model, device, tp, batch); NaN outside them."""
+    rows = groups.get((model, ref.device, ref.tp, ref.batch))
+    if rows is None:
+        return float("nan")
     xs, ys = rows["prompt_tokens"].to_numpy(float), rows[column].to_numpy(float)
     if len(xs) == 0 or prompt < xs[0] or prompt > xs[-1]:
         return float("nan")
@@ -41,6 +42,10 @@ def verify(request: PlanRequest, plan: Plan, table=None) -> None:  # noqa: C901,
     specs = request.model_specs()
     workloads = {w.name: w for w in request.workloads}
     by_class = request.options.pooling == "class"
+    groups = None
+    if table is not None:
+        frame = table.frame.sort_values("prompt_tokens", kind="stable")
+        groups = dict(tuple(frame.groupby(["model", "device", "tp", "batch"], sort=False)))
 
     def kv_gbit(name: str) -> float:
         w = workloads[name]
@@ -66,7 +71,7 @@ def verify(request: PlanRequest, plan: Plan, table=None) -> None:  # noqa: C901,
             problems.append(f"{w.name}: served + unserved != demand {w.rate_rps}")
         owner = w.name if by_class else w.model
         for route in result.routes:
-            problems += _check_route(request, w, route, table)
+            problems += _check_route(request, w, route, groups)
             kv = kv_gbit(w.name)
             o = w.output_tokens
             if route.colocated is not None:
@@ -129,7 +134,7 @@ def verify(request: PlanRequest, plan: Plan, table=None) -> None:  # noqa: C901,
         raise PlanVerificationError("; ".join(problems[:20]) + (f" (+{len(problems) - 20} more)" if len(problems) > 20 else ""))
 
 
-def _check_route(request: PlanRequest, w, route: Route, table) -> list[str]:
+def _check_route(request: PlanRequest, w, route: Route, groups) -> list[str]:
     """SLOs, transfer time and (with a table) the latencies of one route."""
     problems = []
     colocated = route.colocated is not None
@@ -151,13 +156,12 @@ def _check_route(request: PlanRequest, w, route: Route, table) -> list[str]:
             expected_kv_ms = 1e3 * kv_bits / (1e9 * min(nic_p * p.tp, nic_d * d.tp))
     if not _close(route.kv_transfer_ms, expected_kv_ms) or not _close(route.ttft_ms, route.prefill_ms + route.kv_transfer_ms):
         problems.append(f"{w.name}: KV transfer {route.kv_transfer_ms} ms, expected {expected_kv_ms} ms")
-    if table is not None:
+    if groups is not None:
         q = w.slo.percentile
-        frame = table.frame
         prefill_ref = route.colocated if colocated else route.prefill
         decode_ref = route.colocated if colocated else route.decode
-        ttft = _interpolated(frame, w.model, prefill_ref, w.prompt_tokens, f"ttft_ms_p{q}")
-        tbt = _interpolated(frame, w.model, decode_ref, w.prompt_tokens, f"tbt_ms_p{q}")
+        ttft = _interpolated(groups, w.model, prefill_ref, w.prompt_tokens, f"ttft_ms_p{q}")
+        tbt = _interpolated(groups, w.model, decode_ref, w.prompt_tokens, f"tbt_ms_p{q}")
         if not (_close(ttft, route.prefill_ms) and _close(tbt, route.tbt_ms)):
             problems.append(f"{w.name}: route latencies ({route.prefill_ms}, {route.tbt_ms}) differ from the profile ({ttft}, {tbt})")
     return problems

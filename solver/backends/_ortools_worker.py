@@ -30,7 +30,7 @@ except ImportError as error:
     print(f"ortools is not importable in {sys.executable}: {error}", file=sys.stderr)
     sys.exit(EXIT_NO_ORTOOLS)
 
-import numpy as np
+import numpy as np  # noqa: E402 (after the guarded ortools import, on purpose)
 
 _STATUS_NAMES = {
     pywraplp.Solver.OPTIMAL: "OPTIMAL",

@@ -91,6 +91,8 @@ def build_model(form: MatrixForm, objective: np.ndarray, sense: Sense, relax: bo
 
 class PyomoBackend:
     name = "pyomo"
+    # What this backend honours (style rule 5); docs/solvers.md has the table for every backend.
+    capabilities = frozenset({"time_limit", "mip_rel_gap", "warm_start", "mip_bound"})
 
     def solve(
         self,
@@ -107,7 +109,9 @@ class PyomoBackend:
         n = form.A.shape[1]
         if n == 0:
             # HiGHS calls a column-less model "empty" and APPSI maps that to `unknown`; nothing to decide.
-            return SolveResult(Termination.OPTIMAL, np.zeros(0), 0.0, 0.0, time.perf_counter() - begin, "empty")
+            return SolveResult(
+                Termination.OPTIMAL, np.zeros(0), 0.0, 0.0, time.perf_counter() - begin, "empty"
+            )
         model = build_model(form, objective, sense, relax)
         warm = start is not None and not relax
         if warm:
