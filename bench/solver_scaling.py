@@ -1,0 +1,675 @@
+"""Solver scaling benchmark: instances S, M, L (bench/instances.py), build and solve times, bounds, baselines.
+
+Per instance and repeat:
+  1. candidates and matrix built once outside any solve (sizes; build ms),
+  2. the goodput stage alone: solver.optimize.optimize(request, cand, [("goodput", MAX)]) (our route: LP
+     relaxation -> RENS-style sub-MIP -> full MIP seeded with its plan),
+  3. the same goodput MIP handed to the HiGHS backend directly, no start ("naive": plain HiGHS),
+  4. the full solver.plan(request, with_baselines=True) (goodput, cost tie-break, baselines, verify).
+
+Instrumentation: while it runs, the script wraps (in this process only, never on disk) the backend that
+solver.optimize gets and a few pipeline functions, to time each HiGHS call and each pipeline step. The
+wrappers only read the clock; the solver's behaviour is unchanged.
+
+    python bench/solver_scaling.py [--instances S M L] [--time-limit 10] [--repeat N] [--no-naive]
+
+Writes bench/results/solver_scaling-<UTC timestamp>.json and bench/results/solver_scaling-latest.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import hashlib
+import importlib.metadata
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+import msgspec  # noqa: E402
+
+import solver.baselines  # noqa: E402
+import solver.optimize  # noqa: E402
+import solver.pipeline  # noqa: E402
+from bench.instances import instance  # noqa: E402
+from solver import plan  # noqa: E402
+from solver.backends import Sense, get_backend  # noqa: E402
+from solver.candidates import build_candidates  # noqa: E402
+from solver.formulation import build_matrix  # noqa: E402
+from solver.pipeline import resolve_profiles  # noqa: E402
+
+RESULTS = ROOT / "bench" / "results"
+
+
+# ----------------------------------------------------------------------------------------------- machine
+
+
+def machine_info() -> dict:
+    model = None
+    with contextlib.suppress(Exception):
+        out = subprocess.run(["lscpu"], capture_output=True, text=True, timeout=5, check=False).stdout
+        for line in out.splitlines():
+            if line.lower().startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+
+    def version(dist: str) -> str | None:
+        try:
+            return importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            return None
+
+    load = None
+    with contextlib.suppress(OSError, AttributeError):
+        load = [round(x, 2) for x in os.getloadavg()]
+    return {
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "cpu_count": os.cpu_count(),
+        "cpu_model": model,
+        "highspy": version("highspy"),
+        "numpy": version("numpy"),
+        "scipy": version("scipy"),
+        "pandas": version("pandas"),
+        "loadavg_at_start": load,
+    }
+
+
+def git_info() -> dict:
+    def run(*args: str) -> str | None:
+        try:
+            out = subprocess.run(
+                ["git", *args], cwd=ROOT, capture_output=True, text=True, timeout=10, check=True
+            )
+        except (OSError, subprocess.SubprocessError):
+            return None
+        return out.stdout.rstrip("\n")
+
+    status = run("status", "--porcelain") or ""
+    diff = subprocess.run(["git", "diff", "HEAD"], cwd=ROOT, capture_output=True, timeout=10, check=False)
+    files = [line[3:] for line in status.splitlines()]
+    return {
+        "commit": (run("rev-parse", "--short", "HEAD") or "").strip() or None,
+        "dirty": bool(status),
+        "dirty_files": status.splitlines(),
+        # uncommitted edits outside bench/ change what is measured: name them, and fingerprint the diff
+        "dirty_outside_bench": [f for f in files if not f.startswith("bench/")],
+        "diff_sha256": hashlib.sha256(diff.stdout).hexdigest()[:16] if diff.stdout else None,  # tracked files
+    }
+
+
+def git_line(g: dict) -> str:
+    if not g["dirty_outside_bench"]:
+        return f"commit {g['commit']}"
+    untracked = {line[3:] for line in g["dirty_files"] if line.startswith("??")}
+    edited = [f for f in g["dirty_outside_bench"] if f not in untracked]
+    others = [f for f in g["dirty_outside_bench"] if f in untracked]
+    text = f"commit {g['commit']}"
+    if edited:
+        text += f" + uncommitted edits to {', '.join(edited)} (diff {g['diff_sha256']})"
+    if others:
+        text += f"; untracked: {', '.join(others)}"
+    return text
+
+
+def machine_line(m: dict) -> str:
+    load = "" if m["loadavg_at_start"] is None else f", load avg {m['loadavg_at_start'][0]}"
+    return (
+        f"{m['cpu_model'] or platform.processor() or '?'} x{m['cpu_count']}{load} | {m['platform']} | "
+        f"Python {m['python']} | highspy {m['highspy']} | numpy {m['numpy']}"
+    )
+
+
+# -------------------------------------------------------------------------------------------- the probe
+
+
+@dataclass
+class Call:
+    phase: str
+    kind: str  # lp | sub_mip | mip | tie_break
+    began: float
+    ended: float
+    termination: str
+    objective: float | None
+    bound: float | None
+
+    @property
+    def ms(self) -> float:
+        return (self.ended - self.began) * 1e3
+
+
+@dataclass
+class Probe:
+    """Times every backend call made through solver.optimize and the pipeline steps of solver.plan."""
+
+    phase: str = "other"
+    calls: list[Call] = field(default_factory=list)
+    forms: dict[str, object] = field(default_factory=dict)  # phase -> the form build_matrix made for it
+    primary_done: dict[str, bool] = field(default_factory=dict)
+    steps: dict[str, float] = field(default_factory=dict)  # step name -> ms (accumulated)
+    marks: dict[str, float] = field(default_factory=dict)  # name -> perf_counter
+
+    def reset(self) -> None:
+        self.__init__()
+
+    def add(self, step: str, ms: float) -> None:
+        self.steps[step] = self.steps.get(step, 0.0) + ms
+
+    def kind(self, form, relax: bool) -> str:
+        if self.primary_done.get(self.phase):
+            return "tie_break"
+        if relax:
+            return "lp"
+        if form is self.forms.get(self.phase):
+            self.primary_done[self.phase] = True
+            return "mip"
+        return "sub_mip"
+
+    def phase_ms(self, phase: str, kind: str) -> float:
+        return sum(c.ms for c in self.calls if c.phase == phase and c.kind == kind)
+
+    def primary(self, phase: str) -> Call | None:
+        return next((c for c in self.calls if c.phase == phase and c.kind == "mip"), None)
+
+
+PROBE = Probe()
+
+
+class RecordingBackend:
+    def __init__(self, real) -> None:
+        self.real = real
+        self.name = real.name
+
+    def solve(self, form, objective, sense, **kw):
+        kind = PROBE.kind(form, kw.get("relax", False))
+        began = time.perf_counter()
+        result = self.real.solve(form, objective, sense, **kw)
+        PROBE.calls.append(
+            Call(
+                PROBE.phase,
+                kind,
+                began,
+                time.perf_counter(),
+                str(result.termination),
+                result.objective,
+                result.bound,
+            )
+        )
+        return result
+
+
+@contextlib.contextmanager
+def phase(name: str):
+    previous = PROBE.phase
+    PROBE.phase = name
+    try:
+        yield
+    finally:
+        PROBE.phase = previous
+
+
+def _timed(step: str, fn, phase_name: str | None = None):
+    def wrapper(*args, **kwargs):
+        began = time.perf_counter()
+        try:
+            if phase_name is None:
+                return fn(*args, **kwargs)
+            with phase(phase_name):
+                PROBE.marks[f"{phase_name}_began"] = began
+                return fn(*args, **kwargs)
+        finally:
+            PROBE.add(step, (time.perf_counter() - began) * 1e3)
+
+    return wrapper
+
+
+@contextlib.contextmanager
+def instrumented():
+    """Wrap, for the duration, what solver.optimize and solver.plan call; restore on exit."""
+    real_get_backend = solver.optimize.get_backend
+    real_build_matrix = solver.optimize.build_matrix
+
+    def get_backend_rec(name):
+        return RecordingBackend(real_get_backend(name))
+
+    def build_matrix_rec(cand):
+        began = time.perf_counter()
+        form, cols = real_build_matrix(cand)
+        PROBE.add(f"{PROBE.phase}.matrix", (time.perf_counter() - began) * 1e3)
+        PROBE.forms.setdefault(PROBE.phase, form)
+        return form, cols
+
+    patches = [
+        (solver.optimize, "get_backend", get_backend_rec),
+        (solver.optimize, "build_matrix", build_matrix_rec),
+        (solver.pipeline, "resolve_profiles", _timed("profiles", solver.pipeline.resolve_profiles)),
+        (solver.pipeline, "build_candidates", _timed("candidates", solver.pipeline.build_candidates)),
+        (solver.pipeline, "optimize", _timed("optimize", solver.pipeline.optimize, "plan")),
+        (solver.pipeline, "verify", _timed("verify", solver.pipeline.verify)),
+        (solver.baselines, "gpu_only", _timed("gpu_only", solver.baselines.gpu_only, "gpu_only")),
+        (solver.baselines, "greedy", _timed("greedy", solver.baselines.greedy)),
+    ]
+    saved = []
+    for module, name, replacement in patches:
+        if hasattr(module, name):
+            saved.append((module, name, getattr(module, name)))
+            setattr(module, name, replacement)
+        else:
+            print(f"warning: {module.__name__}.{name} not found; its time is not broken out", file=sys.stderr)
+    try:
+        yield
+    finally:
+        for module, name, original in reversed(saved):
+            setattr(module, name, original)
+
+
+# ------------------------------------------------------------------------------------------ measurement
+
+
+def rel_gap(value: float | None, bound: float | None) -> float | None:
+    """|bound - value| / |value|, the same definition as Plan.mip_gap."""
+    if value is None or bound is None:
+        return None
+    return abs(bound - value) / max(abs(value), 1e-9) if abs(bound - value) > 1e-9 else 0.0
+
+
+def ratio(a: float | None, b: float | None) -> float | None:
+    if a is None or b is None or b <= 0:
+        return None
+    return a / b
+
+
+def with_time_limit(request, seconds: float):
+    options = msgspec.structs.replace(request.options, time_limit_s=seconds)
+    return msgspec.structs.replace(request, options=options)
+
+
+def run_once(request, naive: bool) -> dict:
+    opts = request.options
+    out: dict = {}
+
+    # 1. build (outside any solve)
+    began = time.perf_counter()
+    table = resolve_profiles(request)
+    t_profiles = time.perf_counter()
+    cand = build_candidates(request, table)
+    t_cand = time.perf_counter()
+    form, cols = build_matrix(cand)
+    t_matrix = time.perf_counter()
+    out["build"] = {
+        "profiles_ms": (t_profiles - began) * 1e3,
+        "candidates_ms": (t_cand - t_profiles) * 1e3,
+        "matrix_ms": (t_matrix - t_cand) * 1e3,
+    }
+    out["size"] = {
+        "classes": len(cand.classes),
+        "device_types": len(request.devices),
+        "pools": int(cols.n_pools),
+        "integers": int(form.integer.sum()),
+        "variables": int(form.A.shape[1]),
+        "rows": int(form.A.shape[0]),
+        "nonzeros": int(form.nonzeros),
+    }
+
+    # 2. the goodput stage alone, through our heuristic route
+    with instrumented():
+        PROBE.reset()
+        with phase("goodput"):
+            began, cpu = time.perf_counter(), time.process_time()
+            outcome = solver.optimize.optimize(request, cand, [("goodput", Sense.MAX)])
+            wall, cpu = (time.perf_counter() - began) * 1e3, (time.process_time() - cpu) * 1e3
+        out["goodput"] = {
+            "wall_ms": wall,  # includes optimize's own matrix build
+            "cpu_ms": cpu,  # this process's CPU time: robust to other load on the machine
+            "build_ms": outcome.build_ms,
+            "solve_ms": outcome.solve_ms,
+            "lp_ms": PROBE.phase_ms("goodput", "lp"),
+            "sub_mip_ms": PROBE.phase_ms("goodput", "sub_mip"),
+            "mip_ms": PROBE.phase_ms("goodput", "mip"),
+            "status": str(outcome.termination),
+            "objective": outcome.primary_value,
+            "mip_bound": outcome.primary_bound,
+            "gap": rel_gap(outcome.primary_value, outcome.primary_bound),
+            "lp_bound": outcome.lp_bound,
+            "sub_mip_objective": next((c.objective for c in PROBE.calls if c.kind == "sub_mip"), None),
+        }
+
+    # 3. naive: plain HiGHS on the same goodput MIP, no start, same time limit and gap
+    if naive:
+        backend = get_backend(opts.solver)
+        began, cpu = time.perf_counter(), time.process_time()
+        result = backend.solve(
+            form,
+            form.objectives["goodput"],
+            Sense.MAX,
+            time_limit_s=opts.time_limit_s,
+            mip_rel_gap=opts.mip_rel_gap,
+        )
+        out["naive"] = {
+            "wall_ms": (time.perf_counter() - began) * 1e3,
+            "cpu_ms": (time.process_time() - cpu) * 1e3,
+            "status": str(result.termination),
+            "detail": result.detail,
+            "objective": result.objective,
+            "mip_bound": result.bound,
+            "gap": rel_gap(result.objective, result.bound),
+        }
+
+    # 4. the full plan, as the API runs it
+    with instrumented():
+        PROBE.reset()
+        began, cpu = time.perf_counter(), time.process_time()
+        result = plan(request, with_baselines=True)
+        ended, cpu = time.perf_counter(), (time.process_time() - cpu) * 1e3
+        wall = (ended - began) * 1e3
+        primary = PROBE.primary("plan")
+        steps = dict(PROBE.steps)
+        solve = {k: PROBE.phase_ms("plan", k) for k in ("lp", "sub_mip", "mip", "tie_break")}
+        top = ("profiles", "candidates", "optimize", "gpu_only", "greedy", "verify")
+        accounted = sum(steps.get(k, 0.0) for k in top)
+        sub_mip = next((c for c in PROBE.calls if c.phase == "plan" and c.kind == "sub_mip"), None)
+        out["plan"] = {
+            "wall_ms": wall,
+            "cpu_ms": cpu,
+            "goodput_done_ms": None if primary is None else (primary.ended - began) * 1e3,
+            "goodput_done_in_optimize_ms": None
+            if primary is None
+            else (primary.ended - PROBE.marks.get("plan_began", began)) * 1e3,
+            # the goodput stage as solver.plan runs it (its LP relaxations span both stages)
+            "goodput_in_plan": {
+                "lp_ms": solve["lp"],
+                "sub_mip_ms": solve["sub_mip"],
+                "mip_ms": solve["mip"],
+                "status": None if primary is None else primary.termination,
+                "objective": None if primary is None else primary.objective,
+                "mip_bound": None if primary is None else primary.bound,
+                "gap": None if primary is None else rel_gap(primary.objective, primary.bound),
+                "sub_mip_objective": None if sub_mip is None else sub_mip.objective,
+            },
+            "steps_ms": {
+                "profiles": steps.get("profiles"),
+                "candidates": steps.get("candidates"),
+                "matrix": steps.get("plan.matrix"),
+                **solve,
+                "gpu_only": steps.get("gpu_only"),
+                "greedy": steps.get("greedy"),
+                "verify": steps.get("verify"),
+                "other": wall - accounted,  # extract, explain, Plan assembly
+            },
+            "status": result.status,
+            "termination": result.solver.termination,
+            "tie_break": result.solver.tie_break,
+            "slo_rps": result.slo_rps,
+            "demand_rps": result.demand_rps,
+            "bound_rps": result.bound_rps,
+            "mip_gap": result.mip_gap,
+            "cost_per_hour": result.cost_per_hour,
+            "solver_build_ms": result.solver.build_ms,
+            "solver_solve_ms": result.solver.solve_ms,
+            "gpu_only_device": result.baselines.gpu_only.device if result.baselines else None,
+            "gpu_only_rps": result.baselines.gpu_only.slo_rps if result.baselines else None,
+            "greedy_rps": result.baselines.greedy.slo_rps if result.baselines else None,
+        }
+        out["plan"]["vs_gpu_only"] = ratio(result.slo_rps, out["plan"]["gpu_only_rps"])
+        out["plan"]["vs_greedy"] = ratio(result.slo_rps, out["plan"]["greedy_rps"])
+    return out
+
+
+def median(runs: list[dict], *path: str) -> float | None:
+    values = []
+    for run in runs:
+        v = run
+        for key in path:
+            v = v.get(key) if isinstance(v, dict) else None
+        if v is not None:
+            values.append(v)
+    return statistics.median(values) if values else None
+
+
+_TIMED_PLAN_KEYS = (
+    "wall_ms", "cpu_ms", "goodput_done_ms", "goodput_done_in_optimize_ms", "steps_ms", "goodput_in_plan"
+)
+
+
+def summarize(name: str, gen_ms: float, runs: list[dict]) -> dict:
+    """Median times over the repeats; statuses and values from the last run (the instances are seeded)."""
+    last = runs[-1]
+    s = {"instance": name, "generate_ms": gen_ms, "repeats": len(runs), **last["size"]}
+    s["candidates_ms"] = median(runs, "build", "candidates_ms")
+    s["matrix_ms"] = median(runs, "build", "matrix_ms")
+    s["build_ms"] = s["candidates_ms"] + s["matrix_ms"]
+    s["profiles_ms"] = median(runs, "build", "profiles_ms")
+    g = last["goodput"]
+    s["goodput"] = {
+        **{
+            k: median(runs, "goodput", k)
+            for k in ("wall_ms", "cpu_ms", "build_ms", "solve_ms", "lp_ms", "sub_mip_ms", "mip_ms")
+        },
+        **{k: g[k] for k in ("status", "objective", "mip_bound", "gap", "lp_bound", "sub_mip_objective")},
+        "statuses": [r["goodput"]["status"] for r in runs],
+    }
+    if "naive" in last:
+        n = last["naive"]
+        s["naive"] = {
+            "wall_ms": median(runs, "naive", "wall_ms"),
+            "cpu_ms": median(runs, "naive", "cpu_ms"),
+            **{k: n[k] for k in ("status", "detail", "objective", "mip_bound", "gap")},
+            "statuses": [r["naive"]["status"] for r in runs],
+        }
+        s["naive_over_heuristic"] = ratio(s["naive"]["wall_ms"], s["goodput"]["wall_ms"])
+    p = last["plan"]
+    s["plan"] = {
+        "wall_ms": median(runs, "plan", "wall_ms"),
+        "cpu_ms": median(runs, "plan", "cpu_ms"),
+        "goodput_done_ms": median(runs, "plan", "goodput_done_ms"),
+        "goodput_done_in_optimize_ms": median(runs, "plan", "goodput_done_in_optimize_ms"),
+        "steps_ms": {k: median(runs, "plan", "steps_ms", k) for k in p["steps_ms"]},
+        "goodput_in_plan": {
+            **p["goodput_in_plan"],
+            **{k: median(runs, "plan", "goodput_in_plan", k) for k in ("lp_ms", "sub_mip_ms", "mip_ms")},
+            "statuses": [r["plan"]["goodput_in_plan"]["status"] for r in runs],
+        },
+        **{k: v for k, v in p.items() if k not in _TIMED_PLAN_KEYS},
+        "tie_breaks": [r["plan"]["tie_break"] for r in runs],
+    }
+    if "naive" in s:
+        s["naive_over_in_plan"] = ratio(s["naive"]["wall_ms"], s["plan"]["goodput_done_in_optimize_ms"])
+    return s
+
+
+# -------------------------------------------------------------------------------------------- printing
+
+
+def fmt(v, spec: str = ".1f") -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        return format(v, spec)
+    return str(v)
+
+
+def pct(v: float | None) -> str:
+    return "-" if v is None else f"{v:.3%}"
+
+
+def times(v: float | None) -> str:
+    return "-" if v is None else f"{v:.2f}x"
+
+
+def status_of(statuses: list[str | None]) -> str:
+    """One status if every repeat agrees, else each with its count ("optimal 2/3, feasible 1/3")."""
+    if len(set(statuses)) <= 1:
+        return statuses[0] or "-" if statuses else "-"
+    return ", ".join(f"{s} {statuses.count(s)}/{len(statuses)}" for s in dict.fromkeys(statuses))
+
+
+def table(headers: list[str], rows: list[list[str]], right: set[int] | None = None) -> str:
+    """Plain aligned columns; `right` = indices of right-aligned columns (default: all but the first)."""
+    right = right if right is not None else set(range(1, len(headers)))
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers)]
+
+    def line(cells: list[str]) -> str:
+        pairs = enumerate(zip(cells, widths, strict=True))
+        return "  ".join(c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in pairs).rstrip()
+
+    return "\n".join([line(headers), line(["-" * w for w in widths]), *(line(r) for r in rows)])
+
+
+def size_table(summaries: list[dict]) -> str:
+    headers = ["inst", "rep", "classes", "dev types", "pools(int)", "vars", "rows", "nnz",
+               "profiles ms", "cand ms", "matrix ms", "build ms"]  # fmt: skip
+    rows = [
+        [s["instance"], str(s["repeats"]), str(s["classes"]), str(s["device_types"]), str(s["integers"]),
+         str(s["variables"]), str(s["rows"]), str(s["nonzeros"]), fmt(s["profiles_ms"]),
+         fmt(s["candidates_ms"]), fmt(s["matrix_ms"]), fmt(s["build_ms"])]  # fmt: skip
+        for s in summaries
+    ]
+    return table(headers, rows)
+
+
+def goodput_table(summaries: list[dict]) -> str:
+    headers = ["inst", "route", "goodput ms", "cpu ms", "lp", "sub-MIP", "MIP", "sub-MIP obj", "status",
+               "objective", "MIP bound", "gap", "LP bound"]  # fmt: skip
+    rows = []
+    for s in summaries:
+        g, p, n = s["goodput"], s["plan"]["goodput_in_plan"], s.get("naive")
+        routes = [
+            ("ours-alone", g["wall_ms"], g, g["lp_bound"]),
+            ("ours-in-plan", s["plan"]["goodput_done_in_optimize_ms"], p, g["lp_bound"]),
+        ]
+        if n:
+            routes.append(("naive", n["wall_ms"], n, None))
+        for label, ms, r, lp in routes:
+            rows.append(
+                [s["instance"], label, fmt(ms), fmt(r.get("cpu_ms")), fmt(r.get("lp_ms")),
+                 fmt(r.get("sub_mip_ms")), fmt(r.get("mip_ms")), fmt(r.get("sub_mip_objective"), ".3f"),
+                 status_of(r["statuses"]), fmt(r["objective"], ".3f"), fmt(r["mip_bound"], ".3f"),
+                 pct(r["gap"]), fmt(lp, ".3f")]  # fmt: skip
+            )
+    return table(headers, rows, right={2, 3, 4, 5, 6, 7, 9, 10, 11, 12})
+
+
+def plan_table(summaries: list[dict]) -> str:
+    headers = ["inst", "plan ms", "cpu ms", "goodput done ms", "status", "slo_rps", "gpu_only", "greedy",
+               "plan/gpu_only", "plan/greedy", "tie_break"]  # fmt: skip
+    rows = []
+    for s in summaries:
+        p = s["plan"]
+        rows.append(
+            [s["instance"], fmt(p["wall_ms"]), fmt(p["cpu_ms"]), fmt(p["goodput_done_ms"]), p["status"],
+             fmt(p["slo_rps"], ".3f"), fmt(p["gpu_only_rps"], ".3f"), fmt(p["greedy_rps"], ".3f"),
+             times(p["vs_gpu_only"]), times(p["vs_greedy"]), p["tie_break"] or "-"]  # fmt: skip
+        )
+    return table(headers, rows, right={1, 2, 3, 5, 6, 7, 8, 9})
+
+
+STEP_KEYS = ["profiles", "candidates", "matrix", "lp", "sub_mip", "mip", "tie_break", "gpu_only", "greedy",
+             "verify", "other"]  # fmt: skip
+
+
+def steps_table(summaries: list[dict]) -> str:
+    rows = [
+        [s["instance"], fmt(s["plan"]["wall_ms"]), *(fmt(s["plan"]["steps_ms"].get(k)) for k in STEP_KEYS)]
+        for s in summaries
+    ]
+    return table(["inst", "plan ms", *STEP_KEYS], rows)
+
+
+def report(summaries: list[dict], meta: dict) -> str:
+    load_end = meta.get("loadavg_at_end", ["?"])[0]
+    return "\n".join(
+        [
+            f"Solver scaling  |  {meta['utc']}  |  {git_line(meta['git'])}",
+            f"Machine: {machine_line(meta['machine'])}",
+            f"time_limit_s={meta['time_limit_s']:g} (every instance), mip_rel_gap={meta['mip_rel_gap']:g}, "
+            f"HiGHS threads=1; load avg at end {load_end}",
+            "Times in ms, medians over the repeats; 'cpu ms' = this process's CPU time (robust to load)",
+            "",
+            "1) Size and build (outside any solve)",
+            size_table(summaries),
+            "",
+            "2) Goodput stage. ms from optimize() entry (its own matrix build included); naive: solve only",
+            "   ours-alone   = solver.optimize.optimize(request, cand, [('goodput', MAX)])",
+            "   ours-in-plan = the goodput stage inside solver.plan (goodput, then cost), to its MIP's end",
+            "   naive        = the same goodput MIP on the HiGHS backend directly (no LP/sub-MIP, no start)",
+            goodput_table(summaries),
+            "",
+            "3) Full solver.plan(request, with_baselines=True); 'goodput done' = ms from plan() entry",
+            plan_table(summaries),
+            "",
+            "4) Where solver.plan's time goes (ms; lp/sub_mip/mip = goodput stage, gpu_only = its own MIP)",
+            steps_table(summaries),
+        ]
+    )
+
+
+# -------------------------------------------------------------------------------------------------- main
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--instances", nargs="+", default=["S", "M", "L"], choices=["S", "M", "L"])
+    parser.add_argument("--time-limit", type=float, default=10.0, help="options.time_limit_s, every instance")
+    parser.add_argument("--repeat", type=int, default=None, help="repeats per instance (default: S/M 3, L 1)")
+    parser.add_argument("--no-naive", action="store_true", help="skip the plain-HiGHS comparison")
+    parser.add_argument("--out", type=Path, default=RESULTS, help="results directory")
+    args = parser.parse_args(argv)
+
+    stamp = datetime.now(UTC)
+    meta = {
+        "utc": stamp.strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "machine": machine_info(),
+        "git": git_info(),
+        "time_limit_s": args.time_limit,
+        "argv": sys.argv[1:] if argv is None else argv,
+    }
+    print(f"machine: {machine_line(meta['machine'])}", flush=True)
+    summaries, raw = [], {}
+    mip_rel_gap = None
+    for name in args.instances:
+        began = time.perf_counter()
+        request = with_time_limit(instance(name), args.time_limit)
+        gen_ms = (time.perf_counter() - began) * 1e3
+        mip_rel_gap = request.options.mip_rel_gap
+        repeat = max(1, args.repeat or (1 if name == "L" else 3))
+        runs = []
+        for r in range(repeat):
+            t = time.perf_counter()
+            runs.append(run_once(request, naive=not args.no_naive))
+            print(f"  {name} run {r + 1}/{repeat}: {time.perf_counter() - t:.1f} s", flush=True)
+        summaries.append(summarize(name, gen_ms, runs))
+        raw[name] = runs
+    meta["mip_rel_gap"] = mip_rel_gap
+    with contextlib.suppress(OSError, AttributeError):
+        meta["loadavg_at_end"] = [round(x, 2) for x in os.getloadavg()]
+
+    text = report(summaries, meta)
+    print()
+    print(text)
+
+    args.out.mkdir(parents=True, exist_ok=True)
+    body = json.dumps({**meta, "summary": summaries, "runs": raw, "table": text}, indent=2, default=str)
+    path = args.out / f"solver_scaling-{stamp.strftime('%Y%m%dT%H%M%SZ')}.json"
+    path.write_text(body)
+    (args.out / "solver_scaling-latest.json").write_text(body)
+    print(f"\nwrote {shown(path)} and solver_scaling-latest.json")
+    return 0
+
+
+def shown(path: Path) -> Path:
+    return path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
+
+
+if __name__ == "__main__":
+    sys.exit(main())
