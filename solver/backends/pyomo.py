@@ -44,9 +44,9 @@ CONDITION_MAP = {
     TerminationCondition.unknown: Termination.ERROR,
 }
 
-# HiGHS options passed through APPSI; threads=1 as in the highs backend (HiGHS keeps one global scheduler
-# per process, and a different thread count in a later solve is refused).
-_HIGHS_OPTIONS = {"output_flag": False, "threads": 1, "mip_abs_gap": 1e-9}
+# HiGHS options passed through APPSI, the same as the highs backend sets: threads=1 (HiGHS keeps one global
+# scheduler per process, and a different thread count in a later solve is refused) and no MIP restarts.
+_HIGHS_OPTIONS = {"output_flag": False, "threads": 1, "mip_abs_gap": 1e-9, "mip_allow_restart": False}
 
 
 def build_model(form: MatrixForm, objective: np.ndarray, sense: Sense, relax: bool) -> pyo.ConcreteModel:
