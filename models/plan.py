@@ -21,7 +21,7 @@ from models.workload import CATALOG, ModelSpec, Workload
 
 Objective = Literal["max_goodput", "min_cost", "max_min_fraction"]
 Pooling = Literal["model", "class"]
-SolverName = Literal["highs", "pyomo"]
+SolverName = Literal["highs", "pyomo", "ortools"]
 Role = Literal["prefill", "decode", "colocated"]
 Status = Literal["optimal", "feasible", "infeasible", "no_candidates"]
 

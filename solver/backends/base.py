@@ -61,7 +61,11 @@ class Backend(Protocol):
     ) -> SolveResult: ...
 
 
-_BACKENDS = {"highs": "solver.backends.highs", "pyomo": "solver.backends.pyomo"}
+_BACKENDS = {
+    "highs": "solver.backends.highs",
+    "pyomo": "solver.backends.pyomo",
+    "ortools": "solver.backends.ortools",
+}
 
 
 def get_backend(name: str) -> Backend:
