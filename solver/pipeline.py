@@ -18,7 +18,7 @@ from profiler.tables import ProfileTable, from_rows
 from solver import baselines, explain, extract
 from solver.backends import Termination
 from solver.candidates import build_candidates, check_profiles_cover
-from solver.optimize import optimize
+from solver.optimize import Outcome, optimize
 from solver.verify import verify
 
 _STATUS = {Termination.OPTIMAL: "optimal", Termination.FEASIBLE: "feasible", Termination.INFEASIBLE: "infeasible"}
@@ -48,29 +48,8 @@ def plan(request: PlanRequest, store: ProfileStore | None = None, *, with_baseli
     check_profiles_cover(request, table)
     cand = build_candidates(request, table)
     objective = request.options.objective
-    status: str
-    if cand.uses.empty:
-        outcome = None
-        status = "no_candidates"
-        values = None
-    else:
-        outcome = optimize(request, cand)
-        values = outcome.values
-        if outcome.termination is Termination.INFEASIBLE and objective == "min_cost":
-            # say what the fleet can do instead: the max-goodput plan, reported as infeasible
-            as_goodput = msgspec.structs.replace(
-                request, options=msgspec.structs.replace(request.options, objective="max_goodput")
-            )
-            outcome = optimize(as_goodput, dataclasses.replace(cand, request=as_goodput))
-            values, status = outcome.values, "infeasible"
-        elif values is None:
-            msg = (
-                f"solver {request.options.solver} found no plan ({outcome.termination}) within "
-                f"time_limit_s={request.options.time_limit_s}; raise the time limit or shrink the candidate set"
-            )
-            raise SolverFailure(msg, field="options.time_limit_s")
-        else:
-            status = _STATUS[outcome.termination]
+    outcome, status = _solve(request, cand)
+    values = outcome.values if outcome else None
 
     solution = _solution(cand, outcome, values)
     routes = extract.routes_out(cand, solution) if outcome else {w: [] for w in cand.classes.index}
@@ -106,6 +85,26 @@ def plan(request: PlanRequest, store: ProfileStore | None = None, *, with_baseli
     )
     verify(request, result, table)
     return result
+
+
+def _solve(request: PlanRequest, cand) -> tuple[Outcome | None, str]:
+    """The outcome to report and its status; a min_cost request the fleet cannot serve gets the
+    max-goodput plan, reported as infeasible, so the user sees what the fleet can do instead."""
+    if cand.uses.empty:
+        return None, "no_candidates"
+    outcome = optimize(request, cand)
+    if outcome.termination is Termination.INFEASIBLE and request.options.objective == "min_cost":
+        as_goodput = msgspec.structs.replace(
+            request, options=msgspec.structs.replace(request.options, objective="max_goodput")
+        )
+        return optimize(as_goodput, dataclasses.replace(cand, request=as_goodput)), "infeasible"
+    if outcome.values is None:
+        msg = (
+            f"solver {request.options.solver} found no plan ({outcome.termination}) within "
+            f"time_limit_s={request.options.time_limit_s}; raise the time limit or shrink the candidate set"
+        )
+        raise SolverFailure(msg, field="options.time_limit_s")
+    return outcome, _STATUS[outcome.termination]
 
 
 def _solution(cand, outcome, values) -> extract.Solution:
