@@ -57,7 +57,7 @@ def interpolate(points: list[tuple[int, float]], prompt: int) -> float | None:
 
 
 def profile_keys(request: PlanRequest, model: str) -> list[tuple[str, int, int]]:
-    """(device, tp, batch) keys profiled for `model` on a device of the request, after the options' filters."""
+    """(device, tp, batch) keys profiled for `model` on a request's device, after the options' filters."""
     assert request.profiles.rows is not None, "the oracle needs inline profile rows"
     devices = {d.name for d in request.devices}
     batch_sizes = request.options.batch_sizes
@@ -74,8 +74,9 @@ def profile_keys(request: PlanRequest, model: str) -> list[tuple[str, int, int]]
     return sorted(keys)
 
 
-def latency_ms(request: PlanRequest, model: str, key: tuple[str, int, int], prompt: int, metric: str,
-               percentile: int) -> float | None:
+def latency_ms(
+    request: PlanRequest, model: str, key: tuple[str, int, int], prompt: int, metric: str, percentile: int
+) -> float | None:
     """TTFT or TBT (metric "ttft" / "tbt") at `percentile`, interpolated at `prompt`; None = no candidate.
 
     Rows whose column for this percentile is absent are not points of the interpolation.
@@ -145,7 +146,8 @@ def rate(role: str, batch: int, output_tokens: int, ttft_ms: float | None, tbt_m
     if role == "decode":
         assert tbt_ms is not None
         return batch / (output_tokens * tbt_ms / 1000)
-    assert ttft_ms is not None and tbt_ms is not None
+    assert ttft_ms is not None
+    assert tbt_ms is not None
     return batch / (ttft_ms / 1000 + (output_tokens - 1) * tbt_ms / 1000)
 
 
@@ -200,8 +202,12 @@ def build_candidates(request: PlanRequest) -> Candidates:
     rate_of.update(colocated_usable)
     for w_name, p_pool, d_pool in triples:
         w = by_name[w_name]
-        rate_of[(w_name, p_pool)] = rate("prefill", p_pool.batch, w.output_tokens, ttft_of[(w_name, p_pool)], None)
-        rate_of[(w_name, d_pool)] = rate("decode", d_pool.batch, w.output_tokens, None, tbt_of[(w_name, d_pool)])
+        rate_of[(w_name, p_pool)] = rate(
+            "prefill", p_pool.batch, w.output_tokens, ttft_of[(w_name, p_pool)], None
+        )
+        rate_of[(w_name, d_pool)] = rate(
+            "decode", d_pool.batch, w.output_tokens, None, tbt_of[(w_name, d_pool)]
+        )
 
     pools = sorted({pool for (_, pool) in rate_of})
     return Candidates(pools=pools, rate=rate_of, triples=triples, ttft_ms=ttft_of, tbt_ms=tbt_of)
@@ -231,7 +237,10 @@ def fits(request: PlanRequest, pools: list[OraclePool], x: tuple[int, ...]) -> b
     """Constraint 4 (device counts) and 7 (budget)."""
     count = {d.name: d.count for d in request.devices}
     for device in count:
-        if sum(pool.tp * n for pool, n in zip(pools, x, strict=True) if pool.device == device) > count[device]:
+        if (
+            sum(pool.tp * n for pool, n in zip(pools, x, strict=True) if pool.device == device)
+            > count[device]
+        ):
             return False
     budget = request.options.budget_per_hour
     if budget is not None:
@@ -340,7 +349,7 @@ def build_flow_lp(request: PlanRequest, cand: Candidates) -> FlowLp:
     served: dict[str, np.ndarray] = {}
     for w_name, w in workloads.items():
         row = np.zeros(n)
-        for (cw, pool) in cand.rate:
+        for cw, pool in cand.rate:
             if cw == w_name and pool.role in ("colocated", "prefill"):
                 row[col[("y", cw, pool)]] = 1.0
         served[w_name] = row
@@ -354,7 +363,7 @@ def build_flow_lp(request: PlanRequest, cand: Candidates) -> FlowLp:
         if nic is None or pool.role == "colocated":
             continue
         row = np.zeros(n)
-        for (w, p, d) in cand.triples:
+        for w, p, d in cand.triples:
             if (pool.role == "prefill" and p == pool) or (pool.role == "decode" and d == pool):
                 row[col[("z", w, p, d)]] += gbit[w]
         x_coef = np.zeros(len(pools))
@@ -364,25 +373,25 @@ def build_flow_lp(request: PlanRequest, cand: Candidates) -> FlowLp:
     # 6. Links and the fleet-wide KV budget between different device types.
     for link in request.links:
         row = np.zeros(n)
-        for (w, p, d) in cand.triples:
+        for w, p, d in cand.triples:
             if p.device == link.source and d.device == link.target:
                 row[col[("z", w, p, d)]] += gbit[w]
         add_ub(row, link.gbps, None, f"link {link.source}->{link.target}")
     if request.kv_budget_gbps is not None:
         row = np.zeros(n)
-        for (w, p, d) in cand.triples:
+        for w, p, d in cand.triples:
             if p.device != d.device:
                 row[col[("z", w, p, d)]] += gbit[w]
         add_ub(row, request.kv_budget_gbps, None, "kv_budget")
 
     # 2. Flow conservation: y[w,P] = sum_D z[w,P,D], y[w,D] = sum_P z[w,P,D].
     eq_rows: list[np.ndarray] = []
-    for (w, pool) in sorted(cand.rate):
+    for w, pool in sorted(cand.rate):
         if pool.role == "colocated":
             continue
         row = np.zeros(n)
         row[col[("y", w, pool)]] = 1.0
-        for (tw, p, d) in cand.triples:
+        for tw, p, d in cand.triples:
             if tw == w and ((pool.role == "prefill" and p == pool) or (pool.role == "decode" and d == pool)):
                 row[col[("z", tw, p, d)]] -= 1.0
         eq_rows.append(row)

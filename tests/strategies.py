@@ -16,9 +16,9 @@ from typing import Any
 
 import msgspec
 from hypothesis import strategies as st
+from oracle import count_x_vectors
 
 from models import PlanRequest
-from oracle import count_x_vectors
 
 DEVICE_NAMES = ("gpu", "acc")
 MODEL_NAMES = ("m1", "m2")
@@ -40,7 +40,9 @@ def _percentiles(value: int) -> tuple[int, int, int]:
 
 
 @st.composite
-def _profile_rows(draw: st.DrawFn, models: list[str], devices: list[str], paired: bool) -> list[dict[str, Any]]:
+def _profile_rows(
+    draw: st.DrawFn, models: list[str], devices: list[str], paired: bool
+) -> list[dict[str, Any]]:
     """Rows at prompts 128 and 1024 for tp 1 (sometimes 2) and batch 1 and 4; a few keys left out.
 
     paired: the first device prefills fast but decodes slowly and the second the other way round (the
@@ -75,20 +77,40 @@ def _profile_rows(draw: st.DrawFn, models: list[str], devices: list[str], paired
                         tbt *= tp2_tbt if tp == 2 else 1
                         t50, t90, t99 = _percentiles(max(1, round(ttft)))
                         b50, b90, b99 = _percentiles(max(1, round(tbt)))
-                        rows.append({
-                            "model": model, "device": device, "tp": tp, "batch": batch, "prompt_tokens": prompt,
-                            "ttft_ms_p50": t50, "ttft_ms_p90": t90, "ttft_ms_p99": t99,
-                            "tbt_ms_p50": b50, "tbt_ms_p90": b90, "tbt_ms_p99": b99,
-                        })
+                        rows.append(
+                            {
+                                "model": model,
+                                "device": device,
+                                "tp": tp,
+                                "batch": batch,
+                                "prompt_tokens": prompt,
+                                "ttft_ms_p50": t50,
+                                "ttft_ms_p90": t90,
+                                "ttft_ms_p99": t99,
+                                "tbt_ms_p50": b50,
+                                "tbt_ms_p90": b90,
+                                "tbt_ms_p99": b99,
+                            }
+                        )
     for model in models:
         if not any(r["model"] == model for r in rows):
             # Every dropped: keep one row, so that the model is "profiled" (a model with no rows at all is an
             # input error, ProfileMissing, not an empty candidate set).
-            rows.append({
-                "model": model, "device": devices[0], "tp": 1, "batch": 1, "prompt_tokens": 128,
-                "ttft_ms_p50": 40, "ttft_ms_p90": 50, "ttft_ms_p99": 63,
-                "tbt_ms_p50": 8, "tbt_ms_p90": 10, "tbt_ms_p99": 13,
-            })
+            rows.append(
+                {
+                    "model": model,
+                    "device": devices[0],
+                    "tp": 1,
+                    "batch": 1,
+                    "prompt_tokens": 128,
+                    "ttft_ms_p50": 40,
+                    "ttft_ms_p90": 50,
+                    "ttft_ms_p99": 63,
+                    "tbt_ms_p50": 8,
+                    "tbt_ms_p90": 10,
+                    "tbt_ms_p99": 13,
+                }
+            )
     return rows
 
 
@@ -111,13 +133,19 @@ def tiny_request_dicts(
 ) -> dict[str, Any]:
     """The request as builtins (see tiny_requests)."""
     paired = _flag(draw, paired)
-    n_devices = 2 if paired else draw(st.sampled_from([2, 1, 2]) if with_nic or with_links else st.integers(1, 2))
+    n_devices = (
+        2 if paired else draw(st.sampled_from([2, 1, 2]) if with_nic or with_links else st.integers(1, 2))
+    )
     device_names = list(DEVICE_NAMES[:n_devices])
     budget = _flag(draw, with_budget)
     priced = objective == "min_cost" or budget or draw(st.booleans())
     devices = []
     for name in device_names:
-        device: dict[str, Any] = {"name": name, "count": draw(st.sampled_from([2, 1, 3, 2, 1, 0])), "memory_gib": 48}
+        device: dict[str, Any] = {
+            "name": name,
+            "count": draw(st.sampled_from([2, 1, 3, 2, 1, 0])),
+            "memory_gib": 48,
+        }
         if priced:
             device["cost_per_hour"] = draw(st.integers(1, 6)) * 0.5
         # with_nic=True: the first device has a NIC, the second usually (a NIC on one end only still
@@ -148,23 +176,33 @@ def tiny_request_dicts(
             tbt_slo = draw(st.sampled_from(PAIRED_SLO_TBT))
         elif objective == "max_goodput":
             rate = draw(st.one_of(st.sampled_from(RATES), st.integers(50, 5000).map(lambda r: r / 100)))
-            ttft_slo = draw(st.one_of(st.sampled_from(SLO_TTFT), st.integers(100, 4000).map(lambda v: v + 0.3)))
+            ttft_slo = draw(
+                st.one_of(st.sampled_from(SLO_TTFT), st.integers(100, 4000).map(lambda v: v + 0.3))
+            )
             tbt_slo = draw(st.one_of(st.sampled_from(SLO_TBT), st.integers(5, 80).map(lambda v: v + 0.3)))
         else:
-            # min_cost / max_min_fraction: small demands and loose SLOs, so that full service is often possible.
+            # min_cost / max_min_fraction: small demands and loose SLOs, so full service is often possible.
             rate = draw(st.integers(10, 500)) / 100
             ttft_slo = draw(st.sampled_from(SLO_TTFT[:3]))
             tbt_slo = draw(st.sampled_from(SLO_TBT[:3]))
-        workloads.append({
-            "name": f"c{index + 1}",
-            "model": model_names[index % n_models] if index < n_models else draw(st.sampled_from(model_names)),
-            "prompt_tokens": prompt,
-            "output_tokens": draw(st.one_of(st.sampled_from(OUTPUTS), st.integers(4, 256))),
-            "rate_rps": rate,
-            # Generous SLOs come first: hypothesis's simplest examples then have candidates.
-            "slo": {"ttft_ms": ttft_slo, "tbt_ms": tbt_slo, "percentile": draw(st.sampled_from([90, 50, 99]))},
-            "weight": draw(st.sampled_from([1.0, 1.5, 2.0, 3.0])),
-        })
+        workloads.append(
+            {
+                "name": f"c{index + 1}",
+                "model": model_names[index % n_models]
+                if index < n_models
+                else draw(st.sampled_from(model_names)),
+                "prompt_tokens": prompt,
+                "output_tokens": draw(st.one_of(st.sampled_from(OUTPUTS), st.integers(4, 256))),
+                "rate_rps": rate,
+                # Generous SLOs come first: hypothesis's simplest examples then have candidates.
+                "slo": {
+                    "ttft_ms": ttft_slo,
+                    "tbt_ms": tbt_slo,
+                    "percentile": draw(st.sampled_from([90, 50, 99])),
+                },
+                "weight": draw(st.sampled_from([1.0, 1.5, 2.0, 3.0])),
+            }
+        )
 
     links = []
     kv_budget = None
@@ -182,8 +220,11 @@ def tiny_request_dicts(
     # (allow_colocated, allow_disaggregated). KV limits only matter when disaggregated routes carry the
     # flow, and colocated routes often win, so NIC and link suites lean towards disaggregated-only.
     kv_limits = with_nic or with_links
-    role_choices = [(False, True), (True, True), (False, True)] if kv_limits else [
-        (True, True), (True, True), (True, False), (False, True)]
+    role_choices = (
+        [(False, True), (True, True), (False, True)]
+        if kv_limits
+        else [(True, True), (True, True), (True, False), (False, True)]
+    )
     roles = draw(st.sampled_from(role_choices))
     options: dict[str, Any] = {
         "objective": objective,

@@ -15,17 +15,19 @@ from typing import Any
 import msgspec
 import pytest
 from hypothesis import HealthCheck, given, note, settings
-
-from models import PlanRequest
 from oracle import (
+    OraclePool,
     brute_force_goodput,
     brute_force_max_min_fraction,
     brute_force_min_cost,
     build_candidates,
     count_x_vectors,
+    kv_transfer_s,
     solve_max_goodput,
 )
 from strategies import MAX_VECTORS, tiny_requests
+
+from models import PlanRequest
 
 PROPERTY = settings(
     max_examples=40,
@@ -44,22 +46,51 @@ KV_GBIT_128 = 8 * 128 * 1048576 / 1e9  # Gbit per request at prompt 128 and 1 Mi
 def row(device: str, tp: int, batch: int, prompt: int, ttft: float, tbt: float, model: str = "m1") -> dict:
     """A profile row with the same latency at every percentile."""
     return {
-        "model": model, "device": device, "tp": tp, "batch": batch, "prompt_tokens": prompt,
-        "ttft_ms_p50": ttft, "ttft_ms_p90": ttft, "ttft_ms_p99": ttft,
-        "tbt_ms_p50": tbt, "tbt_ms_p90": tbt, "tbt_ms_p99": tbt,
+        "model": model,
+        "device": device,
+        "tp": tp,
+        "batch": batch,
+        "prompt_tokens": prompt,
+        "ttft_ms_p50": ttft,
+        "ttft_ms_p90": ttft,
+        "ttft_ms_p99": ttft,
+        "tbt_ms_p50": tbt,
+        "tbt_ms_p90": tbt,
+        "tbt_ms_p99": tbt,
     }
 
 
-def workload(name: str = "c1", prompt: int = 128, output: int = 11, rate: float = 20.0, ttft_slo: float = 1000,
-             tbt_slo: float = 50, weight: float = 1.0, model: str = "m1") -> dict:
+def workload(
+    name: str = "c1",
+    prompt: int = 128,
+    output: int = 11,
+    rate: float = 20.0,
+    ttft_slo: float = 1000,
+    tbt_slo: float = 50,
+    weight: float = 1.0,
+    model: str = "m1",
+) -> dict:
     return {
-        "name": name, "model": model, "prompt_tokens": prompt, "output_tokens": output, "rate_rps": rate,
-        "slo": {"ttft_ms": ttft_slo, "tbt_ms": tbt_slo, "percentile": 90}, "weight": weight,
+        "name": name,
+        "model": model,
+        "prompt_tokens": prompt,
+        "output_tokens": output,
+        "rate_rps": rate,
+        "slo": {"ttft_ms": ttft_slo, "tbt_ms": tbt_slo, "percentile": 90},
+        "weight": weight,
     }
 
 
-def make_request(devices: list[dict], workloads: list[dict], rows: list[dict], *, kv: int = 1048576,
-                 links: list[dict] | None = None, kv_budget: float | None = None, **options: Any) -> PlanRequest:
+def make_request(
+    devices: list[dict],
+    workloads: list[dict],
+    rows: list[dict],
+    *,
+    kv: int = 1048576,
+    links: list[dict] | None = None,
+    kv_budget: float | None = None,
+    **options: Any,
+) -> PlanRequest:
     return msgspec.convert(
         {
             "devices": devices,
@@ -79,8 +110,9 @@ GPU_B1 = [row("gpu", 1, 1, 128, 100, 10), row("gpu", 1, 1, 1024, 500, 20)]
 
 
 def colocated(count: int = 2, rate: float = 20.0, **kwargs: Any) -> PlanRequest:
-    return make_request([{"name": "gpu", "count": count}], [workload(rate=rate)], GPU_B1,
-                        allow_disaggregated=False, **kwargs)
+    return make_request(
+        [{"name": "gpu", "count": count}], [workload(rate=rate)], GPU_B1, allow_disaggregated=False, **kwargs
+    )
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -107,8 +139,9 @@ def test_oracle_no_devices():
 
 def test_oracle_interpolates_between_profiled_prompts():
     # prompt 576 is half-way: TTFT 300 ms, TBT 15 ms; rC = 1 / (0.3 + 10 * 0.015) = 1/0.45; 1 instance.
-    request = make_request([{"name": "gpu", "count": 1}], [workload(prompt=576)], GPU_B1,
-                           allow_disaggregated=False)
+    request = make_request(
+        [{"name": "gpu", "count": 1}], [workload(prompt=576)], GPU_B1, allow_disaggregated=False
+    )
     assert brute_force_goodput(request) == pytest.approx(0.9 / 0.45, rel=1e-9)
 
 
@@ -120,8 +153,9 @@ def test_oracle_no_candidate_outside_profiled_range(prompt):
 
 
 def test_oracle_slo_is_inclusive_and_excludes():
-    at_limit = make_request([{"name": "gpu", "count": 2}], [workload(tbt_slo=10, ttft_slo=100)], GPU_B1,
-                            allow_disaggregated=False)
+    at_limit = make_request(
+        [{"name": "gpu", "count": 2}], [workload(tbt_slo=10, ttft_slo=100)], GPU_B1, allow_disaggregated=False
+    )
     assert brute_force_goodput(at_limit) == pytest.approx(9.0, rel=1e-9)
     too_tight_tbt = make_request([{"name": "gpu", "count": 2}], [workload(tbt_slo=9.5)], GPU_B1)
     assert brute_force_goodput(too_tight_tbt) == 0.0
@@ -134,8 +168,9 @@ def test_oracle_batch_filter():
     # batch 4: rC = 4 / (0.2 + 10 * 0.016) = 4 / 0.36; one instance at rho 0.9 -> 10.
     both = make_request([{"name": "gpu", "count": 1}], [workload()], rows, allow_disaggregated=False)
     assert brute_force_goodput(both) == pytest.approx(10.0, rel=1e-9)
-    only_1 = make_request([{"name": "gpu", "count": 1}], [workload()], rows, allow_disaggregated=False,
-                          batch_sizes=[1])
+    only_1 = make_request(
+        [{"name": "gpu", "count": 1}], [workload()], rows, allow_disaggregated=False, batch_sizes=[1]
+    )
     assert brute_force_goodput(only_1) == pytest.approx(4.5, rel=1e-9)
 
 
@@ -144,8 +179,9 @@ def test_oracle_tp_filter_and_device_accounting():
     rows = GPU_B1 + [row("gpu", 2, 1, 128, 40, 4), row("gpu", 2, 1, 1024, 200, 8)]
     request = make_request([{"name": "gpu", "count": 2}], [workload()], rows, allow_disaggregated=False)
     assert brute_force_goodput(request) == pytest.approx(11.25, rel=1e-9)
-    only_tp1 = make_request([{"name": "gpu", "count": 2}], [workload()], rows, allow_disaggregated=False,
-                            tp_degrees=[1])
+    only_tp1 = make_request(
+        [{"name": "gpu", "count": 2}], [workload()], rows, allow_disaggregated=False, tp_degrees=[1]
+    )
     assert brute_force_goodput(only_tp1) == pytest.approx(9.0, rel=1e-9)
     # With 3 devices: one tp-2 instance and one tp-1 instance, 11.25 + 4.5 = 15.75.
     three = make_request([{"name": "gpu", "count": 3}], [workload()], rows, allow_disaggregated=False)
@@ -154,19 +190,27 @@ def test_oracle_tp_filter_and_device_accounting():
 
 def test_oracle_budget():
     # Each instance costs 2/h; a budget of 4.25 allows 2 of the 3 devices.
-    capped = make_request([{"name": "gpu", "count": 3, "cost_per_hour": 2.0}], [workload()], GPU_B1,
-                          allow_disaggregated=False, budget_per_hour=4.25)
+    capped = make_request(
+        [{"name": "gpu", "count": 3, "cost_per_hour": 2.0}],
+        [workload()],
+        GPU_B1,
+        allow_disaggregated=False,
+        budget_per_hour=4.25,
+    )
     assert brute_force_goodput(capped) == pytest.approx(9.0, rel=1e-9)
-    free = make_request([{"name": "gpu", "count": 3, "cost_per_hour": 2.0}], [workload()], GPU_B1,
-                        allow_disaggregated=False)
+    free = make_request(
+        [{"name": "gpu", "count": 3, "cost_per_hour": 2.0}], [workload()], GPU_B1, allow_disaggregated=False
+    )
     assert brute_force_goodput(free) == pytest.approx(13.5, rel=1e-9)
 
 
 # Disaggregated: gpu prefills fast but decodes too slowly for the TBT SLO (100 > 50 ms); acc decodes in
 # 20 ms but prefills too slowly for the TTFT SLO (5000 > 1000 ms). Output 10 tokens.
 DISAGG_ROWS = [
-    row("gpu", 1, 1, 128, 50, 100), row("gpu", 1, 1, 1024, 100, 120),
-    row("acc", 1, 1, 128, 5000, 20), row("acc", 1, 1, 1024, 6000, 25),
+    row("gpu", 1, 1, 128, 50, 100),
+    row("gpu", 1, 1, 1024, 100, 120),
+    row("acc", 1, 1, 128, 5000, 20),
+    row("acc", 1, 1, 1024, 6000, 25),
 ]
 
 
@@ -196,7 +240,8 @@ def test_oracle_nic_bandwidth_limits_decode_side():
     # min(10, 1) = 1 would break the 1000 ms TTFT SLO, so give a looser TTFT SLO.
     request = make_request(
         [{"name": "gpu", "count": 1, "network_gbps": 10}, {"name": "acc", "count": 3, "network_gbps": 1}],
-        [workload(output=10, rate=100, ttft_slo=1200)], DISAGG_ROWS,
+        [workload(output=10, rate=100, ttft_slo=1200)],
+        DISAGG_ROWS,
     )
     assert brute_force_goodput(request) == pytest.approx(3 / KV_GBIT_128, rel=1e-9)
 
@@ -206,6 +251,16 @@ def test_oracle_kv_transfer_time_breaks_ttft_slo():
     request = disaggregated(gpu={"network_gbps": 1}, acc={"network_gbps": 25})
     assert build_candidates(request).triples == []
     assert brute_force_goodput(request) == 0.0
+
+
+def test_oracle_kv_transfer_time_uses_tp_times_nic():
+    request = disaggregated(gpu={"network_gbps": 10}, acc={"network_gbps": 25})
+    w = request.workloads[0]
+    p1 = OraclePool("m1", "m1", "prefill", "gpu", 1, 1)
+    p2 = OraclePool("m1", "m1", "prefill", "gpu", 2, 1)
+    d1 = OraclePool("m1", "m1", "decode", "acc", 1, 1)
+    assert kv_transfer_s(request, w, p1, d1) == pytest.approx(KV_GBIT_128 / 10)  # min(10 * 1, 25 * 1)
+    assert kv_transfer_s(request, w, p2, d1) == pytest.approx(KV_GBIT_128 / 20)  # min(10 * 2, 25 * 1)
 
 
 def test_oracle_one_nic_absent_means_no_transfer_time_but_still_a_nic_row():
@@ -231,7 +286,11 @@ def test_oracle_kv_budget_between_device_types():
 def test_oracle_same_type_link_and_kv_budget():
     # gpu only, 2 devices, disaggregated only: prefill 18 req/s, decode 1 / (10 * 0.02) * 0.9 = 4.5.
     rows = [row("gpu", 1, 1, 128, 50, 20), row("gpu", 1, 1, 1024, 100, 25)]
-    base = {"devices": [{"name": "gpu", "count": 2}], "workloads": [workload(output=10, rate=100)], "rows": rows}
+    base = {
+        "devices": [{"name": "gpu", "count": 2}],
+        "workloads": [workload(output=10, rate=100)],
+        "rows": rows,
+    }
 
     def request(**kwargs: Any) -> PlanRequest:
         return make_request(base["devices"], base["workloads"], base["rows"], allow_colocated=False, **kwargs)
@@ -248,7 +307,10 @@ def two_classes(pooling: str, rate: float = 2.0, **kwargs: Any) -> PlanRequest:
     return make_request(
         [{"name": "gpu", "count": 1}],
         [workload("c1", rate=rate, weight=1.0), workload("c2", rate=rate, weight=2.0)],
-        GPU_B1, allow_disaggregated=False, pooling=pooling, **kwargs,
+        GPU_B1,
+        allow_disaggregated=False,
+        pooling=pooling,
+        **kwargs,
     )
 
 
@@ -269,8 +331,11 @@ def test_oracle_class_pooling_gives_each_class_its_own_instances():
 def test_oracle_mixed_colocated_and_disaggregated():
     # gpu (count 1) can only prefill for this SLO, acc (count 2) can decode or run colocated... except acc's
     # TTFT is too slow for colocation; so the only route is gpu prefill -> acc decode: 2 * 4.5 = 9.
-    request = make_request([{"name": "gpu", "count": 1}, {"name": "acc", "count": 2}],
-                           [workload(output=10, rate=100)], DISAGG_ROWS)
+    request = make_request(
+        [{"name": "gpu", "count": 1}, {"name": "acc", "count": 2}],
+        [workload(output=10, rate=100)],
+        DISAGG_ROWS,
+    )
     assert brute_force_goodput(request) == pytest.approx(9.0, rel=1e-9)
 
 
@@ -295,8 +360,14 @@ def test_oracle_min_cost_prefers_the_cheaper_device():
 
     def request(rate: float) -> PlanRequest:
         return make_request(
-            [{"name": "gpu", "count": 2, "cost_per_hour": 2.0}, {"name": "acc", "count": 2, "cost_per_hour": 0.5}],
-            [workload(rate=rate)], rows, allow_disaggregated=False, objective="min_cost",
+            [
+                {"name": "gpu", "count": 2, "cost_per_hour": 2.0},
+                {"name": "acc", "count": 2, "cost_per_hour": 0.5},
+            ],
+            [workload(rate=rate)],
+            rows,
+            allow_disaggregated=False,
+            objective="min_cost",
         )
 
     # 4 req/s: 2 acc (4.5) cost 1.0, cheaper than 1 gpu (2.0).
@@ -311,8 +382,11 @@ def test_oracle_min_cost_prefers_the_cheaper_device():
 def test_oracle_max_min_fraction():
     # One shared instance, capacity y1 + y2 <= 4.5; demands 3 and 6: 3t + 6t <= 4.5 -> t = 0.5.
     request = make_request(
-        [{"name": "gpu", "count": 1}], [workload("c1", rate=3.0), workload("c2", rate=6.0)], GPU_B1,
-        allow_disaggregated=False, objective="max_min_fraction",
+        [{"name": "gpu", "count": 1}],
+        [workload("c1", rate=3.0), workload("c2", rate=6.0)],
+        GPU_B1,
+        allow_disaggregated=False,
+        objective="max_min_fraction",
     )
     assert brute_force_max_min_fraction(request) == pytest.approx(0.5, rel=1e-9)
 
@@ -323,11 +397,12 @@ def test_oracle_max_min_fraction():
 
 
 @settings(PROPERTY, max_examples=25)
-@given(tiny_requests(pooling="model", with_nic=None, with_links=None, with_budget=None))
+@given(tiny_requests(pooling="model", with_nic=None, with_links=None, with_budget=None, paired=None))
 def test_oracle_maximal_vectors_suffice(request):
     """Evaluating only maximal x gives the same optimum as evaluating every x (LP monotone in x)."""
-    assert brute_force_goodput(request) == pytest.approx(brute_force_goodput(request, maximal_only=False),
-                                                         rel=1e-9, abs=1e-9)
+    assert brute_force_goodput(request) == pytest.approx(
+        brute_force_goodput(request, maximal_only=False), rel=1e-9, abs=1e-9
+    )
 
 
 @settings(PROPERTY, max_examples=25)
@@ -364,8 +439,10 @@ def _weighted(request: PlanRequest, served: dict[str, float]) -> float:
 def _check_max_goodput(request: PlanRequest) -> None:
     answer = solve_max_goodput(request)
     result, served = _solve_and_verify(request)
-    note(f"oracle {answer.value} at x={answer.x} over {answer.pools}; solver status {result.status} "
-         f"({result.solver.termination}), served {served}")
+    note(
+        f"oracle {answer.value} at x={answer.x} over {answer.pools}; solver status {result.status} "
+        f"({result.solver.termination}), served {served}"
+    )
     if result.status == "no_candidates":
         assert answer.value == 0.0
         return
@@ -393,7 +470,14 @@ def test_solver_matches_bruteforce_nic_limits(request):
 
 
 @PROPERTY
-@given(tiny_requests(pooling="class", with_nic=True, with_links=False))
+@given(tiny_requests(pooling="model", with_nic=True, with_links=False, paired=True))
+def test_solver_matches_bruteforce_nic_limits_paired_devices(request):
+    """gpu prefills fast, acc decodes fast: cross-type KV flows carry the load, so NIC rows and t_kv bind."""
+    _check_max_goodput(request)
+
+
+@PROPERTY
+@given(tiny_requests(pooling="class", with_nic=True, with_links=None, paired=True))
 def test_solver_matches_bruteforce_nic_limits_class_pooling(request):
     _check_max_goodput(request)
 
@@ -401,6 +485,12 @@ def test_solver_matches_bruteforce_nic_limits_class_pooling(request):
 @PROPERTY
 @given(tiny_requests(pooling="model", with_nic=None, with_links=True))
 def test_solver_matches_bruteforce_links_and_kv_budget(request):
+    _check_max_goodput(request)
+
+
+@PROPERTY
+@given(tiny_requests(pooling="model", with_nic=None, with_links=True, paired=True))
+def test_solver_matches_bruteforce_links_and_kv_budget_paired_devices(request):
     _check_max_goodput(request)
 
 
