@@ -1,6 +1,8 @@
 """Latency profiles: one row per measured (model, device, tp, batch, prompt_tokens) point."""
 
-from models.base import Base, Milliseconds, Name, PositiveInt, Tokens
+import msgspec
+
+from models.base import Base, Count, Milliseconds, Name, PositiveInt, Tokens, duplicates
 
 PERCENTILES = (50, 90, 99)
 LATENCY_COLUMNS = tuple(f"{metric}_ms_p{q}" for metric in ("ttft", "tbt") for q in PERCENTILES)
@@ -53,3 +55,52 @@ class ProfileSetManifest(Base):
     generator: str
     created: str
     sources: dict[str, str] = {}
+
+
+class ProfileGrid(Base):
+    """What to measure on one device: models x tp x batches x prompt lengths, at one output length.
+
+    `warmup` batches are run and discarded before `runs` measured batches at every point (the original
+    study's method: 20 and 100).
+    """
+
+    device: Name
+    models: list[Name]
+    batches: list[PositiveInt]
+    prompts: list[Tokens]
+    tp: list[PositiveInt] = msgspec.field(default_factory=lambda: [1])
+    output_tokens: Tokens = 128
+    warmup: Count = 20
+    runs: PositiveInt = 100
+
+    def __post_init__(self) -> None:
+        for field in ("models", "batches", "prompts", "tp"):
+            values = getattr(self, field)
+            if not values:
+                msg = f"{field}: empty; give at least one"
+                raise ValueError(msg)
+            repeated = duplicates([str(v) for v in values])
+            if repeated:
+                msg = f"{field}: duplicate value(s) {repeated}"
+                raise ValueError(msg)
+        if self.output_tokens < 2:
+            msg = "output_tokens: at least 2, or there is no inter-token gap to time"
+            raise ValueError(msg)
+
+    def points(self) -> list[tuple[str, int, int, int]]:
+        """(model, tp, batch, prompt_tokens) in measuring order."""
+        return [(m, t, b, p) for m in self.models for t in self.tp for b in self.batches for p in self.prompts]
+
+
+class ProfileUpload(Base):
+    """A profile set sent to POST /profiles: rows plus what the manifest needs."""
+
+    name: Name
+    description: str
+    rows: list[ProfileRow]
+    sources: dict[str, str] = {}
+
+    def __post_init__(self) -> None:
+        if not self.rows:
+            msg = "rows: empty; give at least one row"
+            raise ValueError(msg)

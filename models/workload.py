@@ -78,5 +78,10 @@ CATALOG: dict[str, ModelSpec] = {
         ModelSpec(name="llama-2-7b", layers=32, kv_heads=32, head_dim=128, hidden_size=4096, params_b=6.738),
         ModelSpec(name="llama-3.1-8b", layers=32, kv_heads=8, head_dim=128, hidden_size=4096, params_b=8.030),
         ModelSpec(name="llama-3.1-70b", layers=80, kv_heads=8, head_dim=128, hidden_size=8192, params_b=70.554),
+        # Built in memory with random weights by the transformers engine (float32, CPU): profiling tests
+        # and demos run it without downloading anything.
+        ModelSpec(
+            name="tiny-llama", layers=2, kv_heads=2, head_dim=16, hidden_size=64, bytes_per_element=4, params_b=0.0001
+        ),
     )
 }

@@ -219,7 +219,7 @@ def test_model_without_profile_rows_is_an_input_error_naming_the_class():
 
 def test_catalog_kv_bytes_match_public_shapes():
     expected = {"llama-3.2-1b": 32768, "llama-3.2-3b": 114688, "mistral-7b": 131072, "llama-2-7b": 524288,
-                "llama-3.1-8b": 131072, "llama-3.1-70b": 327680}
+                "llama-3.1-8b": 131072, "llama-3.1-70b": 327680, "tiny-llama": 512}
     assert {name: spec.kv_bytes for name, spec in CATALOG.items()} == expected
 
 
