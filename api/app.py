@@ -9,12 +9,14 @@ conversion, which is lax (it takes "4" for an int) and reports every error at th
 
 import os
 from collections.abc import Generator
+from datetime import UTC, datetime
 from functools import partial
 from importlib import metadata
 from typing import Annotated, Any
 
 import anyio
 import anyio.to_thread
+import msgspec
 from litestar import Litestar, get, post
 from litestar.datastructures import State
 from litestar.dto import AbstractDTO
@@ -23,15 +25,15 @@ from litestar.enums import RequestEncodingType
 from litestar.exceptions import NotFoundException
 from litestar.openapi import OpenAPIConfig, ResponseSpec
 from litestar.openapi.spec import Reference, Schema
-from litestar.params import Body, Parameter
+from litestar.params import Body, Parameter, QueryParameter
 from litestar.typing import FieldDefinition
 
 from api.errors import PROBLEM_JSON, problem_response
 from api.schemas import Health, Problem, ProfileSetSummary
-from models.codec import convert, decode_request
-from models.errors import SolverFailure
+from models.codec import convert, decode, decode_request
+from models.errors import InputError, ProfileMissing, SolverFailure
 from models.plan import Plan, PlanRequest
-from models.profile import ProfileSetManifest
+from models.profile import ProfileSetManifest, ProfileUpload
 from profiler.store import ProfileStore
 from solver import plan as solve
 
@@ -52,13 +54,9 @@ def solve_deadline_s(request: PlanRequest) -> float:
     return request.options.time_limit_s * 1.5 + 2.0
 
 
-class CodecBody(AbstractDTO[PlanRequest]):
-    """Decode the request body with models.codec.decode_request; document it as PlanRequest.
-
-    Litestar calls `decode_bytes` with the raw body; errors are models.errors.InputError, which
-    api/errors.py maps like every other planner error. No transfer model is generated: the
-    Struct is both the wire type and the domain type.
-    """
+class _CodecDTO:
+    """No transfer model is generated: the Struct is both the wire type and the domain type; decoding is
+    models.codec's (subclasses say which type)."""
 
     @classmethod
     def generate_field_definitions(cls, model_type: type[Any]) -> Generator[DTOFieldDefinition, None, None]:
@@ -80,6 +78,14 @@ class CodecBody(AbstractDTO[PlanRequest]):
     ) -> Reference | Schema:
         return schema_creator.for_field_definition(field_definition)  # type: ignore[no-any-return]
 
+
+class CodecBody(_CodecDTO, AbstractDTO[PlanRequest]):
+    """Decode the request body with models.codec.decode_request; document it as PlanRequest.
+
+    Litestar calls `decode_bytes` with the raw body; errors are models.errors.InputError, which
+    api/errors.py maps like every other planner error.
+    """
+
     def decode_bytes(self, value: bytes) -> PlanRequest:
         return decode_request(value)
 
@@ -87,12 +93,24 @@ class CodecBody(AbstractDTO[PlanRequest]):
         return convert(value, PlanRequest)
 
 
+class UploadBody(_CodecDTO, AbstractDTO[ProfileUpload]):
+    """Decode a POST /profiles body with models.codec.decode (errors name the field: "rows[3].tp")."""
+
+    def decode_bytes(self, value: bytes) -> ProfileUpload:
+        return decode(value, ProfileUpload)
+
+    def decode_builtins(self, value: dict[str, Any]) -> ProfileUpload:
+        return convert(value, ProfileUpload)
+
+
 def _problems(*statuses: int) -> dict[int, ResponseSpec]:
     described = {
         400: "The body does not decode or breaks a rule; `field` names the offending input.",
+        409: "A profile set of that name exists; send ?replace=true to replace it.",
         422: "A profile set, or profile rows the request needs, do not exist.",
         500: "A planner bug (a plan failed verification, or an unexpected error); logged.",
-        503: "The solver gave no plan within the time limit.",
+        503: "The solver gave no plan within the time limit (POST /plan), or no writable profile store is "
+        "configured (POST /profiles).",
     }
     return {
         status: ResponseSpec(data_container=Problem, description=described[status], media_type=PROBLEM_JSON)
@@ -163,13 +181,62 @@ def get_profile(
     return store.manifest(name)
 
 
+@post(
+    "/profiles",
+    status_code=201,
+    dto=UploadBody,
+    return_dto=None,
+    sync_to_thread=True,
+    summary="Upload a profile set",
+    description=(
+        "Validate a ProfileUpload (types, then the profile-table checks) and store it atomically in the "
+        "writable profile store; answers the stored manifest. An existing name is refused (409) unless "
+        "`replace=true`, and even then is replaced only after validation succeeds."
+    ),
+    responses=_problems(400, 409, 503),
+    tags=["profiles"],
+)
+def post_profiles(
+    data: Annotated[ProfileUpload, Body(media_type=RequestEncodingType.JSON)],
+    state: State,
+    replace: Annotated[bool, QueryParameter(description="Replace an existing set of that name")] = False,
+) -> ProfileSetManifest:
+    store: ProfileStore = state.store
+    return upload_profile_set(store, data, replace=replace)
+
+
+def upload_profile_set(store: ProfileStore, upload: ProfileUpload, *, replace: bool) -> ProfileSetManifest:
+    """Check the rows as a profile table (errors become 400s naming `rows` and the bad row numbers, which
+    are the upload's own indices) and save the set; nothing is written unless every check passes."""
+    import pandas as pd
+
+    from profiler.tables import check_rows_have_latencies
+
+    frame = pd.DataFrame(msgspec.to_builtins(upload.rows))
+    manifest = ProfileSetManifest(
+        name=upload.name,
+        description=upload.description,
+        sha256="",
+        rows=0,
+        generator="POST /profiles",
+        created=datetime.now(UTC).isoformat(timespec="seconds"),
+        sources=upload.sources,
+    )
+    try:
+        check_rows_have_latencies(frame)
+        return store.save(upload.name, frame, manifest, replace=replace)
+    except ProfileMissing as error:  # a table check: the upload's rows are at fault, so a 400
+        raise InputError(error.message, field="rows") from error
+
+
 @get("/health", summary="Liveness and version", tags=["service"])
 async def health() -> Health:
     return Health(status="ok", version=VERSION)
 
 
 def create_app(store: ProfileStore | None = None, *, max_concurrent_solves: int | None = None) -> Litestar:
-    """The service. `store` defaults to the bundled sets plus $FLEETPLAN_PROFILE_STORE.
+    """The service. `store` defaults to the bundled sets plus $FLEETPLAN_PROFILE_STORE, which is also
+    where POST /profiles writes (`store.writable`; without one, uploads answer 503).
 
     `max_concurrent_solves` (default: the CPU count) bounds the worker threads running solver.plan;
     a request waiting for one counts against its deadline.
@@ -181,7 +248,7 @@ def create_app(store: ProfileStore | None = None, *, max_concurrent_solves: int 
         app.state.solve_limiter = anyio.CapacityLimiter(limit)
 
     return Litestar(
-        route_handlers=[post_plan, list_profiles, get_profile, health],
+        route_handlers=[post_plan, post_profiles, list_profiles, get_profile, health],
         state=State({"store": store or ProfileStore()}),
         on_startup=[on_startup],
         exception_handlers={Exception: problem_response},
@@ -195,4 +262,4 @@ def create_app(store: ProfileStore | None = None, *, max_concurrent_solves: int 
     )
 
 
-__all__ = ["CodecBody", "create_app", "solve_deadline_s"]
+__all__ = ["CodecBody", "UploadBody", "create_app", "solve_deadline_s", "upload_profile_set"]

@@ -4,7 +4,8 @@ A thin shell: it decodes through models.codec, calls solver.plan and prints. Hea
 pandas and highspy, Litestar, uvicorn) happen inside the commands so that `fleetplan --help` is fast.
 
 Exit codes: 0 success, 2 bad input (the request, or the profile data it names: a 4xx over HTTP),
-1 the planner failed (the solver gave no plan, or a plan failed verification: a 5xx over HTTP).
+1 the planner failed (the solver gave no plan, or a plan failed verification: a 5xx over HTTP),
+130 `profile` was interrupted (Ctrl-C; the finished points are kept for a rerun to resume).
 """
 
 import sys
@@ -19,6 +20,7 @@ if TYPE_CHECKING:
 
 EXIT_INPUT = 2
 EXIT_SOLVER = 1
+EXIT_INTERRUPTED = 130
 
 
 def _fail(error: "PlannerError") -> NoReturn:
@@ -93,13 +95,15 @@ def serve_command(host: str, port: int, log_level: str) -> None:
 
 @main.command("profiles")
 @click.option("--json", "as_json", is_flag=True, help="Print the manifests as JSON.")
-def profiles_command(as_json: bool) -> None:
+@click.option("--store", "store_dir", type=click.Path(file_okay=False, path_type=Path), metavar="DIR",
+              help="A user profile store to list too (default: $FLEETPLAN_PROFILE_STORE).")
+def profiles_command(as_json: bool, store_dir: Path | None) -> None:
     """List the stored and bundled profile sets."""
     from models.codec import encode
     from models.errors import PlannerError
-    from profiler.store import ProfileStore
+    from profiler.store import ProfileStore, bundled_root
 
-    store = ProfileStore()
+    store = ProfileStore([bundled_root(), store_dir]) if store_dir is not None else ProfileStore()
     try:
         manifests = [store.manifest(name) for name in store.names()]
     except PlannerError as error:
@@ -116,6 +120,112 @@ def profiles_command(as_json: bool) -> None:
     for m in manifests:
         description = m.description if len(m.description) <= 90 else m.description[:87] + "..."
         click.echo(f"{m.name.ljust(width)}  {m.rows:>6} rows  sha256 {m.sha256[:12]}  {description}")
+
+
+def _int_list(text: str) -> list[str]:
+    return [part.strip() for part in text.split(",") if part.strip()]
+
+
+@main.command("profile")
+@click.option("--backend", required=True, metavar="NAME",
+              help="Engine: transformers, openai, vllm, neuron, jetstream or analytic (spec-sheet estimate).")
+@click.option("--device", required=True, metavar="LABEL",
+              help="Device label the rows carry (for --backend analytic: a models.hardware name, e.g. inf2).")
+@click.option("--models", required=True, metavar="M1,M2", help="Comma-separated model names.")
+@click.option("--batches", required=True, metavar="B1,B2", help="Comma-separated batch sizes.")
+@click.option("--prompts", required=True, metavar="P1,P2", help="Comma-separated prompt lengths (tokens).")
+@click.option("--tp", default="1", show_default=True, metavar="T1,T2", help="Comma-separated TP degrees.")
+@click.option("--output-tokens", default=128,
+              show_default=True, type=int, help="Tokens generated per request.")
+@click.option("--warmup", default=20, show_default=True, type=int, help="Batches discarded per point.")
+@click.option("--runs", default=100, show_default=True, type=int, help="Batches measured per point.")
+@click.option("--name", "set_name", metavar="SET", help="Profile set name (default: <backend>-<device>).")
+@click.option("--out", required=True, type=click.Path(file_okay=False, path_type=Path), metavar="DIR",
+              help="Profile store directory the set is written into (atomically), with the resume file.")
+@click.option("--endpoint", metavar="URL", help="Server URL for --backend openai.")
+@click.option("--restart", is_flag=True, help="Discard the finished points of an earlier run of this set.")
+@click.option("--description", help="Manifest description (default: the grid in words).")
+@click.option("--progress/--no-progress", default=True, show_default=True, help="Progress bar (stderr).")
+def profile_command(
+    backend: str,
+    device: str,
+    models: str,
+    batches: str,
+    prompts: str,
+    tp: str,
+    output_tokens: int,
+    warmup: int,
+    runs: int,
+    set_name: str | None,
+    out: Path,
+    endpoint: str | None,
+    restart: bool,
+    description: str | None,
+    progress: bool,
+) -> None:
+    """Measure (or, with --backend analytic, estimate) a latency grid and store it as a profile set.
+
+    Finished points go to OUT/SET.partial.jsonl as they complete; Ctrl-C keeps them and the same command
+    resumes. The set replaces OUT/SET only after the whole grid is done and every table check passed.
+    """
+    from models.codec import convert
+    from models.errors import InputError, PlannerError
+    from models.profile import ProfileGrid
+
+    raw = {
+        "device": device, "models": _int_list(models), "batches": _int_list(batches),
+        "prompts": _int_list(prompts), "tp": _int_list(tp), "output_tokens": output_tokens,
+        "warmup": warmup, "runs": runs,
+    }
+    try:
+        for key in ("batches", "prompts", "tp"):
+            try:
+                raw[key] = [int(v) for v in raw[key]]
+            except ValueError:
+                msg = f"expected comma-separated integers, got {','.join(raw[key])!r}"
+                raise InputError(msg, field=key) from None
+        grid = convert(raw, ProfileGrid)
+        name = set_name or f"{backend}-{device}"
+        options: dict[str, object] = {}
+        if backend == "openai":
+            if not endpoint:
+                raise InputError("--backend openai needs --endpoint URL", field="endpoint")
+            options["endpoint"] = endpoint
+        elif endpoint:
+            msg = f"--endpoint only applies to --backend openai, not {backend!r}"
+            raise InputError(msg, field="endpoint")
+        if backend == "analytic":
+            options["device"] = device
+        from profiler.engines import get_engine
+        from profiler.runner import RunInterrupted, run_grid
+
+        engine = get_engine(backend, **options)
+        try:
+            result = run_grid(
+                engine, grid, out, name, restart=restart, show_progress=progress, description=description
+            )
+        except RunInterrupted as interrupted:
+            click.echo(
+                f"interrupted: {interrupted.kept} of {interrupted.total} points kept in "
+                f"{interrupted.partial}; "
+                "rerun the same command to resume (--restart to start over)",
+                err=True,
+            )
+            sys.exit(EXIT_INTERRUPTED)
+        finally:
+            engine.close()
+    except PlannerError as error:
+        _fail(error)
+    for warning in result.warnings:
+        click.echo(f"warning: {warning}", err=True)
+    resumed = f", {result.resumed} resumed from an earlier run" if result.resumed else ""
+    click.echo(
+        f"wrote profile set {result.name!r} ({result.manifest.rows} rows, "
+        f"sha256 {result.manifest.sha256[:12]}"
+        f"{resumed}) to {result.directory}"
+    )
+    spec = f'"profiles": {{"set": "{result.name}"}}'
+    click.echo(f"plan with it: FLEETPLAN_PROFILE_STORE={out} and {spec}")
 
 
 __all__ = ["main"]

@@ -108,7 +108,7 @@ def normalize(frame: pd.DataFrame) -> pd.DataFrame:
         frame[column] = pd.to_numeric(frame[column], errors="coerce").astype(float)
     if "source" not in frame.columns:
         frame["source"] = ""
-    frame["source"] = frame["source"].fillna("").astype(str)
+    frame["source"] = frame["source"].astype(object).where(frame["source"].notna(), "").astype(str)
     frame = frame.reset_index(drop=True)
     for check in CHECKS[1:]:
         check(frame)
@@ -148,3 +148,105 @@ def read_csv(path: Path, name: str) -> ProfileTable:
         msg = f"cannot read profile set {name!r} at {path}: {error}"
         raise ProfileMissing(msg, field="profiles.set") from error
     return from_frame(frame, name, hashlib.sha256(data).hexdigest())
+
+
+# --- checks for measured sets and uploads (the profiler's runner and POST /profiles) ----------------------
+
+# TTFT may dip this much when prompt or batch grows before it is flagged (timer noise at tiny sizes);
+# TBT may fall this much when the batch grows (it should not fall at all: a bigger batch does more work).
+MONOTONE_TOLERANCE = 0.05
+TBT_DROP_TOLERANCE = 0.20
+
+
+def check_no_nan(frame: pd.DataFrame, columns: tuple[str, ...] = LATENCY_COLUMNS) -> None:
+    """Every measured column holds a figure in every row: a measured set has all six percentiles."""
+    for column in columns:
+        values = pd.to_numeric(frame[column], errors="coerce").to_numpy(dtype=float)
+        bad = np.isnan(values)
+        if bad.any():
+            msg = f"{column} is NaN (not measured): {_rows_label(frame, bad)}"
+            raise ProfileMissing(msg, field=f"profiles.{column}")
+
+
+def check_rows_have_latencies(frame: pd.DataFrame) -> None:
+    """Every row gives at least one TTFT and one TBT percentile (a row with neither says nothing)."""
+    for metric, columns in (("ttft", LATENCY_COLUMNS[:3]), ("tbt", LATENCY_COLUMNS[3:])):
+        present = [c for c in columns if c in frame.columns]
+        values = frame[present].apply(pd.to_numeric, errors="coerce").to_numpy(dtype=float)
+        bad = np.isnan(values).all(axis=1) if present else np.ones(len(frame), dtype=bool)
+        if bad.any():
+            msg = f"no {metric}_ms_p* figure: {_rows_label(frame, bad)}"
+            raise ProfileMissing(msg, field=f"profiles.{metric}_ms_p50")
+
+
+def _first_present(frame: pd.DataFrame, metric: str) -> str | None:
+    """The lowest percentile column of `metric` with any figure (p50 when measured)."""
+    for q in PERCENTILES:
+        column = f"{metric}_ms_p{q}"
+        if column in frame.columns and frame[column].notna().any():
+            return column
+    return None
+
+
+def _drops(frame: pd.DataFrame, column: str, group: list[str], axis: str, tolerance: float) -> np.ndarray:
+    """Rows whose `column` is lower than (1 - tolerance) x the row before it along `axis` within `group`."""
+    ordered = frame.sort_values([*group, axis], kind="stable")
+    previous = ordered.groupby(group, sort=False)[column].shift(1)
+    bad = (ordered[column] < previous * (1 - tolerance)).to_numpy()
+    mask = np.zeros(len(frame), dtype=bool)
+    mask[frame.index.get_indexer(ordered.index[bad])] = True
+    return mask
+
+
+def monotone_warnings(frame: pd.DataFrame) -> list[str]:
+    """Sanity warnings, not errors: TTFT grows with prompt and batch; TBT does not fall much with batch.
+
+    Each warning names the rows (and their keys) that break the trend, compared with the next smaller
+    prompt or batch of the same (model, device, tp, ...). A warning never changes the table.
+    """
+    frame = frame.reset_index(drop=True)
+    warnings: list[str] = []
+    ttft = _first_present(frame, "ttft")
+    tbt = _first_present(frame, "tbt")
+    if ttft is not None:
+        bad = _drops(frame, ttft, ["model", "device", "tp", "batch"], "prompt_tokens", MONOTONE_TOLERANCE)
+        if bad.any():
+            warnings.append(f"{ttft} falls as prompt_tokens grows: {_rows_label(frame, bad)}")
+        bad = _drops(frame, ttft, ["model", "device", "tp", "prompt_tokens"], "batch", MONOTONE_TOLERANCE)
+        if bad.any():
+            warnings.append(f"{ttft} falls as batch grows: {_rows_label(frame, bad)}")
+    if tbt is not None:
+        bad = _drops(frame, tbt, ["model", "device", "tp", "prompt_tokens"], "batch", TBT_DROP_TOLERANCE)
+        if bad.any():
+            warnings.append(
+                f"{tbt} falls more than {TBT_DROP_TOLERANCE:.0%} as batch grows: {_rows_label(frame, bad)}"
+            )
+    return warnings
+
+
+def missing_grid_points(
+    frame: pd.DataFrame, device: str, points: list[tuple[str, int, int, int]]
+) -> list[tuple[str, int, int, int]]:
+    """The (model, tp, batch, prompt_tokens) grid points on `device` that have no row, in grid order."""
+    have = {
+        (str(r.model), int(r.tp), int(r.batch), int(r.prompt_tokens))
+        for r in frame[frame["device"].astype(str) == device].itertuples(index=False)
+    }
+    return [point for point in points if point not in have]
+
+
+def check_grid_complete(frame: pd.DataFrame, device: str, points: list[tuple[str, int, int, int]]) -> None:
+    """Every grid point has a row; the missing ones are listed, never filled."""
+    missing = missing_grid_points(frame, device, points)
+    if missing:
+        shown = ", ".join(f"{m}/{device}/tp{t}/b{b}/p{p}" for m, t, b, p in missing[:10])
+        more = f" and {len(missing) - 10} more" if len(missing) > 10 else ""
+        msg = f"{len(missing)} grid point(s) have no row: {shown}{more}"
+        raise ProfileMissing(msg, field="profiles")
+
+
+def csv_bytes(frame: pd.DataFrame) -> bytes:
+    """The canonical CSV rendering of a normalized table: the bytes `content_hash` hashes."""
+    buffer = io.StringIO()
+    frame.to_csv(buffer, index=False, float_format="%.6g", lineterminator="\n")
+    return buffer.getvalue().encode()

@@ -1,0 +1,121 @@
+"""POST /profiles: upload, validation naming the bad rows, the replace policy, and planning from an
+uploaded set; GET /profiles and GET /profiles/{name} list it."""
+
+import copy
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from litestar.testing import TestClient
+
+from api.app import create_app
+from api.errors import PROBLEM_JSON
+from profiler.store import ProfileStore, bundled_root
+from test_api import ROWS, inline_request
+
+
+def upload(name: str = "uploaded", rows: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    return {"name": name, "description": "uploaded in a test", "rows": copy.deepcopy(ROWS if rows is None else rows),
+            "sources": {"who": "tests/test_api_profiles.py"}}
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> Path:
+    return tmp_path / "store"
+
+
+@pytest.fixture
+def client(root: Path) -> Iterator[TestClient]:
+    with TestClient(app=create_app(ProfileStore([bundled_root()], writable=root))) as test_client:
+        yield test_client
+
+
+def problem(response: Any, status: int) -> dict[str, Any]:
+    assert response.status_code == status, response.text
+    assert response.headers["content-type"].startswith(PROBLEM_JSON)
+    return response.json()
+
+
+def test_upload_then_list_get_and_plan(client: TestClient, root: Path) -> None:
+    response = client.post("/profiles", json=upload())
+    assert response.status_code == 201, response.text
+    manifest = response.json()
+    assert manifest["name"] == "uploaded" and manifest["rows"] == len(ROWS)
+    assert manifest["generator"] == "POST /profiles" and manifest["sources"] == {"who": "tests/test_api_profiles.py"}
+    assert (root / "uploaded").is_symlink()
+
+    listed = {s["name"]: s for s in client.get("/profiles").json()}
+    assert listed["uploaded"]["sha256"] == manifest["sha256"] and "paper" in listed
+    assert client.get("/profiles/uploaded").json() == manifest
+
+    body = inline_request()
+    body["profiles"] = {"set": "uploaded"}
+    planned = client.post("/plan", json=body)
+    assert planned.status_code == 200, planned.text
+    assert planned.json()["profile_set"]["name"] == "uploaded"
+    assert planned.json()["profile_set"]["sha256"] == manifest["sha256"]
+
+
+def test_bad_row_type_names_the_field(client: TestClient, root: Path) -> None:
+    rows = copy.deepcopy(ROWS)
+    rows[3]["ttft_ms_p90"] = -5
+    body = problem(client.post("/profiles", json=upload(rows=rows)), 400)
+    assert body["field"] == "rows[3].ttft_ms_p90" and body["detail"].startswith("rows[3].ttft_ms_p90: ")
+    assert not root.exists() or "uploaded" not in ProfileStore([root]).names()
+
+
+@pytest.mark.parametrize(
+    ("mutate", "says"),
+    [
+        (lambda rows: rows[2].update(batch=rows[0]["batch"], prompt_tokens=rows[0]["prompt_tokens"],
+                                     device=rows[0]["device"]),
+         "duplicate (model, device, tp, batch, prompt_tokens): rows 0 (m1/gpu/tp1/b1/p128), 2"),
+        (lambda rows: rows[5].update(tbt_ms_p90=None), "no tbt_ms_p* figure: rows 5 (m1/acc/tp1/b1/p1024)"),
+        (lambda rows: rows[1].update(ttft_ms_p50=500.0), "ttft_ms_p50 > ttft_ms_p90: rows 1 (m1/gpu/tp1/b1/p1024)"),
+    ],
+)
+def test_table_checks_name_the_rows(client: TestClient, mutate: Any, says: str) -> None:
+    rows = copy.deepcopy(ROWS)
+    mutate(rows)
+    body = problem(client.post("/profiles", json=upload(rows=rows)), 400)
+    assert body["field"] == "rows" and says in body["detail"], body
+
+
+def test_existing_name_needs_replace_and_a_bad_replacement_keeps_the_old_set(client: TestClient) -> None:
+    first = client.post("/profiles", json=upload()).json()
+    conflict = problem(client.post("/profiles", json=upload()), 409)
+    assert "replace=true" in conflict["detail"]
+    assert problem(client.post("/profiles", json=upload(rows=[]), params={"replace": "true"}), 400)["field"] == "rows"
+    rows = copy.deepcopy(ROWS)
+    rows[0]["ttft_ms_p50"] = 999.0
+    problem(client.post("/profiles?replace=true", json=upload(rows=rows)), 400)
+    assert client.get("/profiles/uploaded").json()["sha256"] == first["sha256"]
+
+    rows = copy.deepcopy(ROWS)
+    rows[0]["ttft_ms_p90"] = 21
+    replaced = client.post("/profiles?replace=true", json=upload(rows=rows))
+    assert replaced.status_code == 201, replaced.text
+    assert replaced.json()["sha256"] != first["sha256"]
+    assert client.get("/profiles/uploaded").json()["sha256"] == replaced.json()["sha256"]
+
+
+def test_no_writable_store_is_a_503_that_says_so() -> None:
+    with TestClient(app=create_app(ProfileStore([bundled_root()]))) as test_client:
+        body = problem(test_client.post("/profiles", json=upload()), 503)
+    assert "FLEETPLAN_PROFILE_STORE" in body["detail"]
+
+
+def test_malformed_or_unknown_fields_are_400(client: TestClient) -> None:
+    assert problem(client.post("/profiles", content=b"{", headers={"content-type": "application/json"}), 400)
+    body = upload()
+    body["colour"] = "red"
+    assert "colour" in problem(client.post("/profiles", json=body), 400)["detail"]
+    assert problem(client.post("/profiles", json=upload(name="../x")), 400)["field"] == "name"
+
+
+def test_openapi_documents_the_upload(client: TestClient) -> None:
+    schema = client.get("/schema/openapi.json").json()
+    operation = schema["paths"]["/profiles"]["post"]
+    assert {"201", "400", "409", "503"} <= operation["responses"].keys()
+    assert "ProfileUpload" in str(operation["requestBody"])
