@@ -17,6 +17,7 @@ import click
 if TYPE_CHECKING:
     from models.errors import PlannerError
     from models.plan import PlanRequest
+    from profiler.calibrate import Calibration
 
 EXIT_INPUT = 2
 EXIT_SOLVER = 1
@@ -146,6 +147,8 @@ def _int_list(text: str) -> list[str]:
 @click.option("--restart", is_flag=True, help="Discard the finished points of an earlier run of this set.")
 @click.option("--description", help="Manifest description (default: the grid in words).")
 @click.option("--progress/--no-progress", default=True, show_default=True, help="Progress bar (stderr).")
+@click.option("--calibration", type=click.Path(dir_okay=False, path_type=Path), metavar="FILE",
+              help="For --backend analytic: factors fitted by `fleetplan calibrate --out FILE`.")
 def profile_command(
     backend: str,
     device: str,
@@ -162,6 +165,7 @@ def profile_command(
     restart: bool,
     description: str | None,
     progress: bool,
+    calibration: Path | None,
 ) -> None:
     """Measure (or, with --backend analytic, estimate) a latency grid and store it as a profile set.
 
@@ -196,6 +200,10 @@ def profile_command(
             raise InputError(msg, field="endpoint")
         if backend == "analytic":
             options["device"] = device
+            if calibration is not None:
+                options["efficiency"] = _read_calibration(calibration).efficiency(device)
+        elif calibration is not None:
+            raise InputError("--calibration only applies to --backend analytic", field="calibration")
         from profiler.engines import get_engine
         from profiler.runner import RunInterrupted, run_grid
 
@@ -229,3 +237,41 @@ def profile_command(
 
 
 __all__ = ["main"]
+
+
+def _read_calibration(path: Path) -> "Calibration":
+    from models.codec import decode
+    from models.errors import InputError
+    from profiler.calibrate import Calibration
+
+    try:
+        data = path.read_bytes()
+    except OSError as error:
+        raise InputError(f"cannot read calibration file {path}: {error.strerror}", field="calibration") from error
+    return decode(data, Calibration)
+
+
+@main.command("calibrate")
+@click.argument("set_name", metavar="SET")
+@click.option("--store", "store_dir", type=click.Path(file_okay=False, path_type=Path), metavar="DIR",
+              help="A user profile store holding SET (default: $FLEETPLAN_PROFILE_STORE and the bundled sets).")
+@click.option("--output-tokens", default=128, show_default=True, type=int,
+              help="The output length SET was measured with (sets the decode context).")
+@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), metavar="FILE",
+              help="Write the fitted factors as JSON, for `fleetplan profile --backend analytic --calibration`.")
+def calibrate_command(set_name: str, store_dir: Path | None, output_tokens: int, out: Path | None) -> None:
+    """Fit the analytic estimator to the measured rows of SET; print the fit error per device."""
+    from models.codec import encode
+    from models.errors import PlannerError
+    from profiler.calibrate import fit, report
+    from profiler.store import ProfileStore, bundled_root
+
+    store = ProfileStore([bundled_root(), store_dir]) if store_dir is not None else ProfileStore()
+    try:
+        calibration = fit(store.load(set_name), output_tokens=output_tokens)
+    except PlannerError as error:
+        _fail(error)
+    click.echo(report(calibration))
+    if out is not None:
+        out.write_bytes(encode(calibration))
+        click.echo(f"wrote the fitted factors to {out}")

@@ -171,3 +171,28 @@ def test_help_is_fast_because_imports_are_lazy() -> None:
     root = Path(__file__).resolve().parents[1]
     out = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]", out.stdout + out.stderr
+
+
+def test_calibrate_then_estimate_a_sibling(tmp_path):
+    """profile (analytic) -> calibrate -> a sibling device estimated with the fitted factors."""
+    from click.testing import CliRunner
+
+    from api.cli import main
+
+    runner = CliRunner()
+    store = tmp_path / "store"
+    grid = ["--models", "llama-3.1-8b", "--batches", "1,4,16", "--prompts", "128,512,1024", "--no-progress"]
+    made = runner.invoke(main, ["profile", "--backend", "analytic", "--device", "a100", "--name", "a100-set",
+                                "--out", str(store), *grid])
+    assert made.exit_code == 0, made.output
+    factors = tmp_path / "cal.json"
+    fitted = runner.invoke(main, ["calibrate", "a100-set", "--store", str(store), "--out", str(factors)])
+    assert fitted.exit_code == 0, fitted.output
+    assert "| a100 | gpu | 9 |" in fitted.output
+    sibling = runner.invoke(main, ["profile", "--backend", "analytic", "--device", "h100", "--name", "h100-set",
+                                   "--out", str(store), "--calibration", str(factors), *grid])
+    assert sibling.exit_code == 0, sibling.output
+    assert "analytic:h100:calibrated-a100" in (store / "h100-set" / "profile.csv").read_text()
+    missing = runner.invoke(main, ["calibrate", "nope", "--store", str(store)])
+    assert missing.exit_code == 2
+    assert "profiles.set" in missing.output
