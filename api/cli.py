@@ -143,7 +143,10 @@ def _int_list(text: str) -> list[str]:
 @click.option("--name", "set_name", metavar="SET", help="Profile set name (default: <backend>-<device>).")
 @click.option("--out", required=True, type=click.Path(file_okay=False, path_type=Path), metavar="DIR",
               help="Profile store directory the set is written into (atomically), with the resume file.")
-@click.option("--endpoint", metavar="URL", help="Server URL for --backend openai.")
+@click.option("--endpoint", metavar="URL", help="Server address for --backend openai or jetstream.")
+@click.option("--engine-option", "engine_options", multiple=True, metavar="KEY=JSON",
+              help="Extra engine constructor argument, value as JSON or a bare string "
+                   "(e.g. model_map='{\"llama-3.1-8b\": \"meta-llama/Llama-3.1-8B\"}'); repeatable.")
 @click.option("--restart", is_flag=True, help="Discard the finished points of an earlier run of this set.")
 @click.option("--description", help="Manifest description (default: the grid in words).")
 @click.option("--progress/--no-progress", default=True, show_default=True, help="Progress bar (stderr).")
@@ -166,6 +169,7 @@ def profile_command(
     description: str | None,
     progress: bool,
     calibration: Path | None,
+    engine_options: tuple[str, ...],
 ) -> None:
     """Measure (or, with --backend analytic, estimate) a latency grid and store it as a profile set.
 
@@ -190,14 +194,14 @@ def profile_command(
                 raise InputError(msg, field=key) from None
         grid = convert(raw, ProfileGrid)
         name = set_name or f"{backend}-{device}"
-        options: dict[str, object] = {}
-        if backend == "openai":
-            if not endpoint:
-                raise InputError("--backend openai needs --endpoint URL", field="endpoint")
+        options: dict[str, object] = _parse_engine_options(engine_options)
+        if backend == "openai" and not endpoint:
+            raise InputError("--backend openai needs --endpoint URL", field="endpoint")
+        if endpoint:
+            if backend not in ("openai", "jetstream"):
+                msg = f"--endpoint only applies to --backend openai or jetstream, not {backend!r}"
+                raise InputError(msg, field="endpoint")
             options["endpoint"] = endpoint
-        elif endpoint:
-            msg = f"--endpoint only applies to --backend openai, not {backend!r}"
-            raise InputError(msg, field="endpoint")
         if backend == "analytic":
             options["device"] = device
             if calibration is not None:
@@ -239,6 +243,25 @@ def profile_command(
 __all__ = ["main"]
 
 
+def _parse_engine_options(pairs: tuple[str, ...]) -> dict[str, object]:
+    """KEY=VALUE pairs; VALUE is parsed as JSON when it is JSON, else kept as a string."""
+    import json
+
+    from models.errors import InputError
+
+    options: dict[str, object] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.isidentifier():
+            msg = f"expected KEY=VALUE with a Python identifier as KEY, got {pair!r}"
+            raise InputError(msg, field="engine_option")
+        try:
+            options[key] = json.loads(value)
+        except ValueError:
+            options[key] = value
+    return options
+
+
 def _read_calibration(path: Path) -> "Calibration":
     from models.codec import decode
     from models.errors import InputError
@@ -275,3 +298,40 @@ def calibrate_command(set_name: str, store_dir: Path | None, output_tokens: int,
     if out is not None:
         out.write_bytes(encode(calibration))
         click.echo(f"wrote the fitted factors to {out}")
+
+
+@main.command("merge")
+@click.argument("sets", nargs=-1, required=True, metavar="SET...")
+@click.option("--name", "set_name", required=True, metavar="SET", help="Name of the merged set.")
+@click.option("--out", required=True, type=click.Path(file_okay=False, path_type=Path), metavar="DIR",
+              help="Store to write the merged set into (the sets are also looked up there).")
+@click.option("--replace", is_flag=True, help="Replace an existing set of that name (after validation).")
+def merge_command(sets: tuple[str, ...], set_name: str, out: Path, replace: bool) -> None:
+    """Merge profile sets from several machines into one (e.g. one per device family).
+
+    Rows are concatenated, never averaged: a (model, device, tp, batch, prompt_tokens) point measured in
+    two sets is an error naming both rows. The merged set is validated, then stored atomically.
+    """
+    import datetime
+
+    from models.errors import PlannerError
+    from models.profile import ProfileSetManifest
+    from profiler.store import ProfileStore, bundled_root
+    from profiler.tables import merge_tables
+
+    store = ProfileStore([bundled_root(), out])
+    try:
+        tables = [store.load(name) for name in sets]
+        manifest = ProfileSetManifest(
+            name=set_name,
+            description=f"merged from {', '.join(sets)}",
+            sha256="",
+            rows=0,
+            generator="fleetplan merge",
+            created=datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+            sources={t.name: f"sha256 {t.sha256}" for t in tables},
+        )
+        saved = store.save(set_name, merge_tables(tables), manifest, replace=replace)
+    except PlannerError as error:
+        _fail(error)
+    click.echo(f"wrote profile set {set_name!r} ({saved.rows} rows, sha256 {saved.sha256[:12]}) to {out / set_name}")

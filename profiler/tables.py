@@ -250,3 +250,16 @@ def csv_bytes(frame: pd.DataFrame) -> bytes:
     buffer = io.StringIO()
     frame.to_csv(buffer, index=False, float_format="%.6g", lineterminator="\n")
     return buffer.getvalue().encode()
+
+
+def merge_tables(tables: list[ProfileTable]) -> pd.DataFrame:
+    """The rows of several sets, one table; a point present in two sets is an error naming both rows."""
+    frames = [t.frame.assign(set_name=t.name) for t in tables]
+    merged = pd.concat(frames, ignore_index=True)
+    clash = merged.duplicated(list(KEY_COLUMNS), keep=False).to_numpy()
+    if clash.any():
+        first = merged[clash].sort_values(list(KEY_COLUMNS)).head(2)
+        where = " and ".join(f"set {name!r}" for name in first["set_name"])
+        msg = f"the same point is in {where}: {_rows_label(merged, clash)}; merge sets that measured different points"
+        raise ProfileMissing(msg, field="sets")
+    return merged.drop(columns="set_name")

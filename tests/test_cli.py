@@ -196,3 +196,38 @@ def test_calibrate_then_estimate_a_sibling(tmp_path):
     missing = runner.invoke(main, ["calibrate", "nope", "--store", str(store)])
     assert missing.exit_code == 2
     assert "profiles.set" in missing.output
+
+
+def test_merge_sets_from_two_machines(tmp_path):
+    from click.testing import CliRunner
+
+    from api.cli import main
+    from profiler.store import ProfileStore, bundled_root
+
+    runner = CliRunner()
+    store = tmp_path / "store"
+    grid = ["--models", "llama-3.1-8b", "--batches", "1,4", "--prompts", "128,512", "--no-progress", "--out", str(store)]
+    for device in ("a100", "l4"):
+        made = runner.invoke(main, ["profile", "--backend", "analytic", "--device", device, "--name", device, *grid])
+        assert made.exit_code == 0, made.output
+    merged = runner.invoke(main, ["merge", "a100", "l4", "--name", "fleet", "--out", str(store)])
+    assert merged.exit_code == 0, merged.output
+    table = ProfileStore([bundled_root(), store]).load("fleet")
+    assert sorted(table.frame["device"].unique()) == ["a100", "l4"]
+    assert len(table.frame) == 8
+    clash = runner.invoke(main, ["merge", "a100", "fleet", "--name", "again", "--out", str(store)])
+    assert clash.exit_code == 2
+    assert "the same point is in set 'a100' and set 'fleet'" in clash.output
+
+
+def test_engine_options_reach_the_engine_and_bad_ones_are_named(tmp_path):
+    from click.testing import CliRunner
+
+    from api.cli import main
+
+    result = CliRunner().invoke(main, [
+        "profile", "--backend", "analytic", "--device", "a100", "--models", "llama-3.1-8b", "--batches", "1",
+        "--prompts", "128", "--no-progress", "--out", str(tmp_path), "--engine-option", "nonsense=1",
+    ])
+    assert result.exit_code == 2
+    assert "engine_option" in result.output

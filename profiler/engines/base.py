@@ -81,5 +81,9 @@ def get_engine(name: str, **options: Any) -> Engine:
     except ImportError as error:
         msg = f"engine {name!r} needs {error.name!r}, which is not installed: {install}"
         raise EngineUnavailable(msg, field="backend") from error
-    engine: Engine = getattr(module, factory)(**options)
+    try:
+        engine: Engine = getattr(module, factory)(**options)
+    except TypeError as error:  # an option the engine's constructor does not take
+        msg = f"engine {name!r} does not accept these options ({error}); options given: {sorted(options)}"
+        raise InputError(msg, field="engine_option") from error
     return engine
