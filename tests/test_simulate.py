@@ -1,0 +1,172 @@
+"""The discrete-event replay of a plan (solver/simulate.py, docs/simulation.md)."""
+
+from pathlib import Path
+
+import msgspec
+import numpy as np
+import pytest
+
+from models.fleet import Device
+from models.plan import Options, PlanRequest
+from models.profile import ProfileRow, ProfilesSpec
+from models.workload import Slo, Workload
+from solver.pipeline import plan, resolve_profiles
+from solver.simulate import load_trace, map_trace_to_classes, quantile_params, sample_ms, simulate
+
+ROOT = Path(__file__).resolve().parents[1]
+PAPER = ROOT / "fixtures" / "requests" / "paper.json"
+
+
+def _paper(max_utilization: float | None = None) -> PlanRequest:
+    request = msgspec.json.decode(PAPER.read_bytes(), type=PlanRequest)
+    if max_utilization is not None:
+        request = msgspec.structs.replace(request, options=Options(max_utilization=max_utilization))
+    return request
+
+
+@pytest.fixture(scope="module")
+def paper_headroom():
+    """The paper fixture planned with 40 % headroom (max_utilization 0.6): healthy at its planned rate."""
+    request = _paper(0.6)
+    return request, plan(request, with_baselines=False), resolve_profiles(request)
+
+
+def _md1_request(service_ms: float, rate_rps: float) -> PlanRequest:
+    """One device, one class of one-token outputs, batch 1, every percentile equal: a deterministic server."""
+    rows = [
+        ProfileRow(
+            model="llama-3.2-1b",
+            device="dev",
+            tp=1,
+            batch=1,
+            prompt_tokens=p,
+            ttft_ms_p50=service_ms,
+            ttft_ms_p90=service_ms,
+            ttft_ms_p99=service_ms,
+            tbt_ms_p50=1.0,
+            tbt_ms_p90=1.0,
+            tbt_ms_p99=1.0,
+        )
+        for p in (64, 256)
+    ]
+    return PlanRequest(
+        devices=[Device(name="dev", count=1)],
+        workloads=[
+            Workload(
+                name="w",
+                model="llama-3.2-1b",
+                prompt_tokens=128,
+                output_tokens=1,
+                rate_rps=rate_rps,
+                slo=Slo(ttft_ms=10_000.0, tbt_ms=100.0, percentile=90),
+            )
+        ],
+        profiles=ProfilesSpec(rows=rows),
+        options=Options(max_utilization=1.0, allow_disaggregated=False),
+    )
+
+
+@pytest.mark.parametrize("rho", [0.5, 0.8])
+def test_single_deterministic_server_matches_md1_mean_wait(rho):
+    service_s = 0.1
+    request = _md1_request(service_s * 1e3, rho / service_s)
+    result = plan(request, with_baselines=False)
+    assert [(p.role, p.instances, p.batch) for p in result.pools] == [("colocated", 1, 1)]
+    report = simulate(
+        request,
+        result,
+        resolve_profiles(request),
+        duration_s=40_000.0,
+        warmup_s=200.0,
+        seed=7,
+        deterministic=True,
+    )
+    expected_ms = 1e3 * rho * service_s / (2 * (1 - rho))
+    simulated_ms = report.classes[0].mean_queue_wait_ms
+    assert simulated_ms == pytest.approx(expected_ms, rel=0.10), (simulated_ms, expected_ms)
+    # TTFT = wait + D exactly: nothing else happens to a one-token request on a colocated batch-1 pool.
+    assert report.pools[0].utilization_simulated == pytest.approx(rho, abs=0.02)
+
+
+def test_overload_drops_attainment(paper_headroom):
+    request, result, table = paper_headroom
+    at_plan = simulate(request, result, table, duration_s=240.0, warmup_s=30.0, seed=1)
+    doubled = simulate(request, result, table, duration_s=240.0, warmup_s=30.0, seed=1, rate_scale=2.0)
+    assert at_plan.attainment >= 0.95
+    assert doubled.attainment < at_plan.attainment - 0.20
+    assert doubled.offered_rps == pytest.approx(2 * at_plan.offered_rps, rel=0.1)
+
+
+def test_overload_of_default_plan_also_drops():
+    request = _paper()
+    result = plan(request, with_baselines=False)
+    table = resolve_profiles(request)
+    at_plan = simulate(request, result, table, duration_s=120.0, warmup_s=30.0, seed=3)
+    doubled = simulate(request, result, table, duration_s=120.0, warmup_s=30.0, seed=3, rate_scale=2.0)
+    assert doubled.attainment < at_plan.attainment - 0.20
+
+
+def _strip(report):
+    return msgspec.structs.replace(report, wall_ms=0.0)
+
+
+def test_reproducible_by_seed(paper_headroom):
+    request, result, table = paper_headroom
+    kwargs = {"duration_s": 60.0, "warmup_s": 10.0}
+    first = simulate(request, result, table, seed=11, **kwargs)
+    again = simulate(request, result, table, seed=11, **kwargs)
+    other = simulate(request, result, table, seed=12, **kwargs)
+    assert msgspec.json.encode(_strip(first)) == msgspec.json.encode(_strip(again))
+    assert msgspec.json.encode(_strip(first)) != msgspec.json.encode(_strip(other))
+    assert [c.ttft_ms_p90 for c in first.classes] != [c.ttft_ms_p90 for c in other.classes]
+
+
+def test_predicted_vs_simulated_goodput(paper_headroom):
+    request, result, table = paper_headroom
+    report = simulate(request, result, table, duration_s=300.0, warmup_s=30.0, seed=5)
+    assert report.predicted_goodput_rps == pytest.approx(result.slo_rps)
+    assert report.goodput_rps == pytest.approx(report.predicted_goodput_rps, rel=0.10)
+    served = {w.name: w.served_rps for w in result.workloads}
+    for c in report.classes:
+        assert c.predicted_rps == pytest.approx(served[c.name])
+        if c.arrivals:
+            assert c.offered_rps == pytest.approx(served[c.name])
+            assert c.completed == c.arrivals
+    assert {p.role for p in report.pools} >= {"colocated"}
+    assert all(0 <= p.utilization_simulated <= 1.0 + 1e-9 for p in report.pools)
+
+
+def test_trace_rows_map_to_nearest_class(tmp_path, paper_headroom):
+    request, result, table = paper_headroom
+    csv = tmp_path / "trace.csv"
+    lines = ["TIMESTAMP,ContextTokens,GeneratedTokens"]
+    # 1b-short (128/128) is the nearest class for small prompts; 1024/128 for long ones; every model shares
+    # the shapes, so the first class of each shape (the llama-3.2-1b ones) wins the tie.
+    shapes = [(100, 120), (600, 130), (2000, 100), (130, 140)]
+    stamps = [f"2023-11-16 18:15:{46 + i // 4:02d}.{(i % 4) * 25:02d}00000" for i in range(40)]
+    for i, stamp in enumerate(stamps):
+        p, o = shapes[i % 4]
+        lines.append(f"{stamp},{p},{o}")
+    csv.write_text("\n".join(lines) + "\n")
+    frame = load_trace(csv)
+    assert frame["t_s"].iloc[0] == 0.0
+    assert frame["t_s"].iloc[-1] == pytest.approx(9.75)
+    names = [request.workloads[i].name for i in map_trace_to_classes(request, frame)]
+    assert names[:4] == ["1b-short", "1b-medium", "1b-long", "1b-short"]
+    report = simulate(request, result, table, duration_s=20.0, warmup_s=0.0, trace=csv, seed=0)
+    assert report.arrivals_source == "trace"
+    assert report.arrivals == 40
+    by_name = {c.name: c for c in report.classes}
+    assert by_name["1b-short"].arrivals == 20
+    assert by_name["1b-medium"].arrivals == 10
+    assert by_name["1b-long"].arrivals == 10
+    assert report.completed == 40
+
+
+def test_quantile_sampler_reproduces_percentiles():
+    params = quantile_params(10.0, 14.0, 20.0)
+    assert sample_ms(params, 0.0) == pytest.approx(10.0)
+    rng = np.random.default_rng(0)
+    samples = np.array([sample_ms(params, z) for z in rng.standard_normal(200_000)])
+    assert np.percentile(samples, [50, 90, 99]) == pytest.approx([10.0, 14.0, 20.0], rel=0.02)
+    assert sample_ms(quantile_params(5.0, float("nan"), float("nan")), 3.0) == pytest.approx(5.0)
