@@ -335,3 +335,81 @@ def merge_command(sets: tuple[str, ...], set_name: str, out: Path, replace: bool
     except PlannerError as error:
         _fail(error)
     click.echo(f"wrote profile set {set_name!r} ({saved.rows} rows, sha256 {saved.sha256[:12]}) to {out / set_name}")
+
+
+@main.command("simulate")
+@click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--request", "request_file", type=click.Path(dir_okay=False, path_type=Path), metavar="REQUEST",
+              help="When FILE is a Plan (the JSON of `fleetplan plan --json`): the request it was planned for.")
+@click.option("--trace", type=click.Path(dir_okay=False, path_type=Path), metavar="CSV",
+              help="Arrivals from a trace (TIMESTAMP,ContextTokens,GeneratedTokens) instead of Poisson.")
+@click.option("--duration", default=600.0, show_default=True, type=float, metavar="S", help="Simulated seconds.")
+@click.option("--warmup", default=60.0, show_default=True, type=float, metavar="S", help="Unmeasured start.")
+@click.option("--seed", default=0, show_default=True, type=int)
+@click.option("--rate-scale", default=1.0, show_default=True, type=float, help="Multiply every class's rate.")
+@click.option("--json", "as_json", is_flag=True, help="Print the SimulationReport as JSON.")
+def simulate_command(
+    file: Path,
+    request_file: Path | None,
+    trace: Path | None,
+    duration: float,
+    warmup: float,
+    seed: int,
+    rate_scale: float,
+    as_json: bool,
+) -> None:
+    """Replay a plan through the discrete-event simulator: simulated vs predicted SLO attainment.
+
+    FILE is a PlanRequest (planned first) or a Plan with --request.
+    """
+    from models.codec import decode, encode, read_request
+    from models.errors import InputError, PlannerError
+    from models.plan import Plan
+    from solver import plan as solve
+    from solver.pipeline import resolve_profiles
+    from solver.simulate import simulate
+
+    try:
+        if request_file is not None:
+            request = read_request(request_file)
+            planned = decode(file.read_bytes(), Plan)
+        else:
+            request = read_request(file)
+            planned = solve(request, with_baselines=False)
+        if planned.status not in ("optimal", "feasible"):
+            raise InputError(f"the plan's status is {planned.status!r}: nothing to simulate", field="status")
+        report = simulate(
+            request, planned, resolve_profiles(request), duration_s=duration, warmup_s=warmup, seed=seed,
+            rate_scale=rate_scale, trace=trace,
+        )
+    except PlannerError as error:
+        _fail(error)
+    except OSError as error:
+        _fail(InputError(f"cannot read {error.filename}: {error.strerror}", field="file"))
+    if as_json:
+        import msgspec
+
+        click.echo(msgspec.json.format(encode(report), indent=2).decode())
+        return
+    click.echo(
+        f"simulated {report.duration_s:g} s ({report.arrivals_source} arrivals, seed {report.seed}, "
+        f"rate x{report.rate_scale:g}): goodput {report.goodput_rps:.2f} RPS vs {report.predicted_goodput_rps:.2f} "
+        f"predicted, attainment {report.attainment:.1%}, {report.events:,} events in {report.wall_ms:,.0f} ms"
+    )
+    header = f"{'class':<16} {'offered':>8} {'goodput':>8} {'predicted':>9} {'attain':>7} {'TTFT p90':>9} " \
+             f"{'SLO':>6} {'TBT p90':>8} {'SLO':>6} {'queue ms':>9}"
+    click.echo(header)
+    for c in report.classes:
+        click.echo(
+            f"{c.name:<16} {c.offered_rps:>8.2f} {c.goodput_rps:>8.2f} {c.predicted_rps:>9.2f} {c.attainment:>7.1%} "
+            f"{_ms(c.ttft_ms_p90):>9} {c.slo_ttft_ms:>6g} {_ms(c.tbt_ms_p90):>8} {c.slo_tbt_ms:>6g} "
+            f"{_ms(c.mean_queue_wait_ms):>9}"
+        )
+    click.echo(f"{'pool':<44} {'util predicted':>14} {'util simulated':>14}")
+    for p in report.pools:
+        label = f"{p.role} {p.workload or p.model} {p.device}/tp{p.tp}/b{p.batch} x{p.instances}"
+        click.echo(f"{label:<44} {p.utilization_predicted:>14.1%} {p.utilization_simulated:>14.1%}")
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f}"

@@ -17,6 +17,7 @@ from models.base import (
 )
 from models.fleet import Device, Link, check_links
 from models.profile import ProfilesSpec
+from models.simulation import SimulationReport
 from models.workload import CATALOG, ModelSpec, Workload
 
 Objective = Literal["max_goodput", "min_cost", "max_min_fraction"]
@@ -69,6 +70,8 @@ class PlanRequest(Base):
     models: list[ModelSpec] | None = None
     profiles: ProfilesSpec = ProfilesSpec(set="paper")
     options: Options = Options()
+    # "simulate": replay the plan through the discrete-event simulator and attach the metrics
+    verify: Literal["simulate"] | None = None
 
     def __post_init__(self) -> None:
         if not self.devices:
@@ -223,6 +226,7 @@ class Plan(Base):
     solver: SolverInfo
     profile_set: ProfileSetInfo
     warnings: list[str] = []
+    simulation: SimulationReport | None = None
 
 
 __all__ = [

@@ -84,6 +84,10 @@ def plan(request: PlanRequest, store: ProfileStore | None = None, *, with_baseli
         warnings=fleet_warnings(request, table),
     )
     verify(request, result, table)
+    if request.verify == "simulate" and status in ("optimal", "feasible"):
+        from solver.simulate import simulate
+
+        result = msgspec.structs.replace(result, simulation=simulate(request, result, table))
     return result
 
 

@@ -378,3 +378,23 @@ def test_random_value_anywhere_never_500(
 ) -> None:
     response = post(client, _set(inline_request(), path, value))
     assert response.status_code < 500, response.text
+
+
+def test_plan_with_verify_simulate_attaches_the_simulation():
+    from litestar.testing import TestClient
+
+    from api.app import create_app
+
+    body = json.loads((Path(__file__).resolve().parent.parent / "fixtures" / "requests" / "paper.json").read_text())
+    body["verify"] = "simulate"
+    with TestClient(app=create_app()) as client:
+        response = client.post("/plan", json=body)
+    assert response.status_code == 200, response.text
+    simulation = response.json()["simulation"]
+    assert simulation["predicted_goodput_rps"] == pytest.approx(response.json()["slo_rps"], rel=1e-6)
+    assert {c["name"] for c in simulation["classes"]} == {w["name"] for w in body["workloads"]}
+    body["verify"] = "yes"
+    with TestClient(app=create_app()) as client:
+        bad = client.post("/plan", json=body)
+    assert bad.status_code == 400
+    assert bad.json()["field"] == "verify"

@@ -231,3 +231,29 @@ def test_engine_options_reach_the_engine_and_bad_ones_are_named(tmp_path):
     ])
     assert result.exit_code == 2
     assert "engine_option" in result.output
+
+
+def test_simulate_a_request_and_a_saved_plan(tmp_path):
+    import json
+
+    from click.testing import CliRunner
+
+    from api.cli import main
+
+    runner = CliRunner()
+    request = Path(__file__).resolve().parent.parent / "fixtures" / "requests" / "paper.json"
+    direct = runner.invoke(main, ["simulate", str(request), "--duration", "60", "--warmup", "10", "--json"])
+    assert direct.exit_code == 0, direct.output
+    report = json.loads(direct.output)
+    assert report["arrivals"] > 0
+    assert 0.0 <= report["attainment"] <= 1.0
+    saved = tmp_path / "plan.json"
+    planned = runner.invoke(main, ["plan", str(request), "--json"])
+    assert planned.exit_code == 0
+    saved.write_text(planned.output)
+    again = runner.invoke(main, ["simulate", str(saved), "--request", str(request), "--duration", "60",
+                                 "--warmup", "10", "--json"])
+    assert again.exit_code == 0, again.output
+    assert json.loads(again.output)["predicted_goodput_rps"] == report["predicted_goodput_rps"]
+    table = runner.invoke(main, ["simulate", str(request), "--duration", "30", "--warmup", "5"])
+    assert "attainment" in table.output and "1b-short" in table.output
