@@ -10,7 +10,6 @@ from models.base import (
     Gbps,
     Name,
     NonNegFloat,
-    PositiveGbps,
     PositiveInt,
     Rps,
     duplicates,
