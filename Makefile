@@ -25,6 +25,9 @@ test: install
 
 bench: install
 	$(BIN)/python bench/solver_scaling.py
+	$(BIN)/python bench/http_latency.py
+	$(BIN)/python bench/simulate_speed.py
+	$(BIN)/python bench/headroom_sweep.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info
