@@ -144,8 +144,9 @@ def greedy(cand: Candidates) -> GreedyBaseline:
     request = cand.request
     classes = cand.classes
     free = {d.name: float(d.count) for d in request.devices}
-    links = {(link.source, link.target): link.gbps for link in request.links}
-    kv_budget = math.inf if request.kv_budget_gbps is None else request.kv_budget_gbps
+    rho = request.options.max_utilization  # bandwidth budgets carry the same headroom as in the MILP
+    links = {(link.source, link.target): rho * link.gbps for link in request.links}
+    kv_budget = math.inf if request.kv_budget_gbps is None else rho * request.kv_budget_gbps
     budget = math.inf if request.options.budget_per_hour is None else request.options.budget_per_hour
     price = {d.name: d.cost_per_hour for d in request.devices}
     order = np.argsort(-(classes["weight"] * classes["rate_rps"]).to_numpy(), kind="stable")

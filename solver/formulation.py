@@ -198,13 +198,18 @@ def define_nic(cand: Candidates, cols: Columns) -> Block:
 
 
 def define_links(cand: Candidates, cols: Columns) -> Block:
-    """sum_{w, P on k_p -> decode on k_d} f * 8 S_w / 1e9 <= L[k_p -> k_d]; and over k_p != k_d <= kv_budget."""
+    """sum_{w, P on k_p -> decode on k_d} f * 8 S_w / 1e9 <= rho * L[k_p -> k_d]; over k_p != k_d <= rho * kv_budget.
+
+    rho (max_utilization) on these shared budgets goes beyond the contract: a link planned at 100% queues
+    without bound, and the headroom sweep shows link-bound plans missing their SLOs (docs/simulation.md).
+    """
     request = cand.request
     uses = cand.uses
     prefill = (uses["role"] == "prefill").to_numpy()
     kv = cand.classes["kv_gbit"].to_numpy()[uses["w"].to_numpy()]
     source = uses["device"].to_numpy()
     target = uses["key"].to_numpy()
+    rho = request.options.max_utilization
     rows, columns, vals, hi = [], [], [], []
     limits = [(link.source, link.target, link.gbps) for link in request.links]
     for index, (src, dst, gbps) in enumerate(limits):
@@ -212,13 +217,13 @@ def define_links(cand: Candidates, cols: Columns) -> Block:
         rows.append(np.full(len(hit), index))
         columns.append(cols.use_offset + hit)
         vals.append(kv[hit])
-        hi.append(gbps)
+        hi.append(rho * gbps)
     if request.kv_budget_gbps is not None:
         hit = np.flatnonzero(prefill & (source != target) & (target != ANY_DEVICE))
         rows.append(np.full(len(hit), len(limits)))
         columns.append(cols.use_offset + hit)
         vals.append(kv[hit])
-        hi.append(request.kv_budget_gbps)
+        hi.append(rho * request.kv_budget_gbps)
     n = len(hi)
     if n == 0:
         return _empty("links")

@@ -115,12 +115,13 @@ def verify(request: PlanRequest, plan: Plan, table=None) -> None:  # noqa: C901,
         if use.used != used.get(use.name, 0) or use.available != devices[use.name].count:
             problems.append(f"devices: {use.name} reported {use.used}/{use.available}, pools give {used.get(use.name, 0)}")
     for link in request.links:
-        if not _at_most(link_traffic.get((link.source, link.target), 0.0), link.gbps):
-            problems.append(f"link {link.source}->{link.target}: {link_traffic[(link.source, link.target)]} > {link.gbps}")
+        if not _at_most(link_traffic.get((link.source, link.target), 0.0), rho * link.gbps):
+            used = link_traffic[(link.source, link.target)]
+            problems.append(f"link {link.source}->{link.target}: {used} > rho * {link.gbps}")
     if request.kv_budget_gbps is not None:
         cross = sum(v for (s, t), v in link_traffic.items() if s != t)
-        if not _at_most(cross, request.kv_budget_gbps):
-            problems.append(f"kv_budget_gbps: {cross} > {request.kv_budget_gbps}")
+        if not _at_most(cross, rho * request.kv_budget_gbps):
+            problems.append(f"kv_budget_gbps: {cross} > rho * {request.kv_budget_gbps}")
     budget = request.options.budget_per_hour
     if budget is not None and not _at_most(cost, budget):
         problems.append(f"budget_per_hour: cost {cost} > {budget}")

@@ -370,19 +370,20 @@ def build_flow_lp(request: PlanRequest, cand: Candidates) -> FlowLp:
         x_coef[pool_index[pool]] = pool.tp * nic
         add_ub(row, 0.0, x_coef, f"nic {pool}")
 
-    # 6. Links and the fleet-wide KV budget between different device types.
+    # 6. Links and the fleet-wide KV budget between different device types, at rho of their budgets (the
+    #    project puts max_utilization on these shared budgets, beyond the contract: docs/formulation.md).
     for link in request.links:
         row = np.zeros(n)
         for w, p, d in cand.triples:
             if p.device == link.source and d.device == link.target:
                 row[col[("z", w, p, d)]] += gbit[w]
-        add_ub(row, link.gbps, None, f"link {link.source}->{link.target}")
+        add_ub(row, rho * link.gbps, None, f"link {link.source}->{link.target}")
     if request.kv_budget_gbps is not None:
         row = np.zeros(n)
         for w, p, d in cand.triples:
             if p.device != d.device:
                 row[col[("z", w, p, d)]] += gbit[w]
-        add_ub(row, request.kv_budget_gbps, None, "kv_budget")
+        add_ub(row, rho * request.kv_budget_gbps, None, "kv_budget")
 
     # 2. Flow conservation: y[w,P] = sum_D z[w,P,D], y[w,D] = sum_P z[w,P,D].
     eq_rows: list[np.ndarray] = []

@@ -61,7 +61,7 @@ def small_request(**changes) -> PlanRequest:
              "slo": {"ttft_ms": 100, "tbt_ms": 30}},
         ],
         "profiles": {"rows": rows({"gpu": (1.0, 1.0), "acc": (2.5, 0.8)})},
-        "options": {"mip_rel_gap": 1e-9},
+        "options": {"mip_rel_gap": 1e-9, "max_utilization": 0.9},
     }
     body.update(changes)
     return msgspec.convert(body, PlanRequest)
@@ -90,23 +90,27 @@ def test_paper_plan_beats_gpu_only_and_is_at_least_greedy():
     assert gpu_only.device == "a6000ada"
     assert result.slo_rps > 1.5 * gpu_only.slo_rps  # the study saw up to ~2x
     assert result.slo_rps >= result.baselines.greedy.slo_rps - 1e-6
-    assert any(r.prefill is not None for w in result.workloads for r in w.routes), "expected disaggregation"
 
 
 def test_scarce_gpus_fleet_wide_milp_strictly_beats_greedy():
     result = checked(fixture_request("scarce_gpus"))
     assert result.baselines is not None
     assert result.slo_rps > result.baselines.greedy.slo_rps * 1.01
+    prefill_devices = {r.prefill.device for w in result.workloads for r in w.routes if r.prefill is not None}
+    decode_devices = {r.decode.device for w in result.workloads for r in w.routes if r.decode is not None}
+    assert "a6000ada" in prefill_devices and decode_devices & {"inf2", "tpu-v5e"}, "the GPU should prefill for the accelerators"
 
 
 def test_link_fixture_budget_binds_and_costs_goodput():
     request = fixture_request("link_bound")
     result = checked(request)
-    budgets = {(link.source, link.target): link.gbps for link in request.links}
+    rho = request.options.max_utilization  # bandwidth budgets are planned at rho, like instances
+    budgets = {(link.source, link.target): rho * link.gbps for link in request.links}
     used = {(link.source, link.target): link.gbps for link in result.links}
     cross = sum(v for (s, t), v in used.items() if s != t)
     binding = [pair for pair, cap in budgets.items() if used.get(pair, 0.0) >= cap * (1 - 1e-6)]
-    assert binding or (request.kv_budget_gbps is not None and cross >= request.kv_budget_gbps * (1 - 1e-6))
+    kv_cap = None if request.kv_budget_gbps is None else rho * request.kv_budget_gbps
+    assert binding or (kv_cap is not None and cross >= kv_cap * (1 - 1e-6))
     unlimited = msgspec.structs.replace(request, links=[], kv_budget_gbps=None)
     assert plan(unlimited).slo_rps > result.slo_rps + 1e-6
 
