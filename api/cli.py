@@ -348,6 +348,8 @@ def merge_command(sets: tuple[str, ...], set_name: str, out: Path, replace: bool
 @click.option("--seed", default=0, show_default=True, type=int)
 @click.option("--rate-scale", default=1.0, show_default=True, type=float, help="Multiply every class's rate.")
 @click.option("--json", "as_json", is_flag=True, help="Print the SimulationReport as JSON.")
+@click.option("--plot", type=click.Path(dir_okay=False, path_type=Path), metavar="PNG",
+              help="Also draw TTFT/TBT distributions per class against the SLO lines (needs matplotlib).")
 def simulate_command(
     file: Path,
     request_file: Path | None,
@@ -357,11 +359,14 @@ def simulate_command(
     seed: int,
     rate_scale: float,
     as_json: bool,
+    plot: Path | None,
 ) -> None:
     """Replay a plan through the discrete-event simulator: simulated vs predicted SLO attainment.
 
     FILE is a PlanRequest (planned first) or a Plan with --request.
     """
+    import msgspec
+
     from models.codec import decode, encode, read_request
     from models.errors import InputError, PlannerError
     from models.plan import Plan
@@ -380,15 +385,23 @@ def simulate_command(
             raise InputError(f"the plan's status is {planned.status!r}: nothing to simulate", field="status")
         report = simulate(
             request, planned, resolve_profiles(request), duration_s=duration, warmup_s=warmup, seed=seed,
-            rate_scale=rate_scale, trace=trace,
+            rate_scale=rate_scale, trace=trace, keep_samples=plot is not None,
         )
+        if plot is not None:
+            from api.plots import plot_latency_distributions
+
+            plot_latency_distributions(report, plot)
+            report = msgspec.structs.replace(
+                report,
+                classes=[msgspec.structs.replace(c, ttft_ms_samples=None, tbt_ms_samples=None) for c in report.classes],
+            )
     except PlannerError as error:
         _fail(error)
     except OSError as error:
         _fail(InputError(f"cannot read {error.filename}: {error.strerror}", field="file"))
+    if plot is not None:
+        click.echo(f"wrote {plot}", err=True)
     if as_json:
-        import msgspec
-
         click.echo(msgspec.json.format(encode(report), indent=2).decode())
         return
     click.echo(

@@ -41,6 +41,9 @@ class ClassMetrics(Base):
     mean_queue_wait_ms: float | None
     mean_decode_wait_ms: float | None
     mean_kv_transfer_ms: float | None
+    # per completed measured request, only when simulate(keep_samples=True) (e.g. for plots)
+    ttft_ms_samples: list[float] | None = None
+    tbt_ms_samples: list[float] | None = None
 
 
 class PoolMetrics(Base):

@@ -276,11 +276,13 @@ def simulate(  # noqa: C901, PLR0912, PLR0913, PLR0915
     trace=None,
     deterministic: bool = False,
     drain_s: float | None = None,
+    keep_samples: bool = False,
 ) -> SimulationReport:
     """Replay arrivals through `plan` and measure what requests arriving in [warmup_s, warmup_s + duration_s)
     get. Arrivals continue for `drain_s` after the window (default: 3x the largest SLO'd request time, at
     least 30 s) so the measured requests finish under load; any still unfinished count as SLO misses.
     `deterministic` draws every latency at its p50 (z = 0): service is then exactly the profile's median.
+    `keep_samples` puts every measured request's TTFT and mean TBT into the report (for distribution plots).
     """
     began = time.perf_counter()
     if duration_s <= 0 or warmup_s < 0 or rate_scale <= 0:
@@ -584,6 +586,7 @@ def simulate(  # noqa: C901, PLR0912, PLR0913, PLR0915
             seed=seed,
             rate_scale=rate_scale,
             deterministic=deterministic,
+            keep_samples=keep_samples,
             unrouted=unrouted,
             events=events,
             began=began,
@@ -656,6 +659,8 @@ def _report(request: PlanRequest, plan: Plan, pools, locals_, meta) -> Simulatio
                 mean_queue_wait_ms=round(float(wait[decoded].mean()), 4) if decoded.any() else None,
                 mean_decode_wait_ms=round(float(d_wait[md].mean()) * 1e3, 4) if n_done else None,
                 mean_kv_transfer_ms=round(float(kv_ms[md].mean()), 4) if n_done else None,
+                ttft_ms_samples=np.round(tt, 3).tolist() if meta["keep_samples"] else None,
+                tbt_ms_samples=np.round(tb, 3).tolist() if meta["keep_samples"] else None,
             )
         )
     pool_metrics = []

@@ -257,3 +257,17 @@ def test_simulate_a_request_and_a_saved_plan(tmp_path):
     assert json.loads(again.output)["predicted_goodput_rps"] == report["predicted_goodput_rps"]
     table = runner.invoke(main, ["simulate", str(request), "--duration", "30", "--warmup", "5"])
     assert "attainment" in table.output and "1b-short" in table.output
+
+
+def test_simulate_plot_draws_distributions_against_the_slos(tmp_path):
+    pytest.importorskip("matplotlib", reason="the plot extra (make test installs it)")
+    from click.testing import CliRunner
+
+    from api.cli import main
+
+    request = Path(__file__).resolve().parent.parent / "fixtures" / "requests" / "paper.json"
+    png = tmp_path / "dist.png"
+    result = CliRunner().invoke(main, ["simulate", str(request), "--duration", "30", "--warmup", "5", "--plot", str(png)])
+    assert result.exit_code == 0, result.output
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert png.stat().st_size > 10_000
