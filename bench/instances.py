@@ -92,11 +92,18 @@ def synthetic_request(n_types: int, n_classes: int, tps: list[int], batches: lis
 
 
 def instance(name: str) -> PlanRequest:
-    if name == "S":
-        return read_request(ROOT / "fixtures" / "requests" / "paper.json")
-    if name == "M":
-        return synthetic_request(8, 36, [1, 2, 4], [1, 2, 4, 8, 16, 32], seed=7)
-    if name == "L":
-        return synthetic_request(16, 100, [1, 2, 4, 8], [1, 2, 4, 8, 16, 32, 64, 128], seed=11)
-    msg = f"unknown instance {name!r}"
-    raise ValueError(msg)
+    """S, M or L at the default max_utilization; "M@0.9" plans the same instance at max_utilization 0.9."""
+    base, _, rho = name.partition("@")
+    if base == "S":
+        request = read_request(ROOT / "fixtures" / "requests" / "paper.json")
+    elif base == "M":
+        request = synthetic_request(8, 36, [1, 2, 4], [1, 2, 4, 8, 16, 32], seed=7)
+    elif base == "L":
+        request = synthetic_request(16, 100, [1, 2, 4, 8], [1, 2, 4, 8, 16, 32, 64, 128], seed=11)
+    else:
+        msg = f"unknown instance {name!r}"
+        raise ValueError(msg)
+    if rho:
+        options = msgspec.structs.replace(request.options, max_utilization=float(rho))
+        request = msgspec.structs.replace(request, options=options)
+    return request

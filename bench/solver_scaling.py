@@ -619,7 +619,10 @@ def report(summaries: list[dict], meta: dict) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--instances", nargs="+", default=["S", "M", "L"], choices=["S", "M", "L"])
+    parser.add_argument(
+        "--instances", nargs="+", default=["S", "M", "L", "M@0.9", "L@0.9"],
+        help='S, M, L at the default max_utilization; "M@0.9" = M planned at max_utilization 0.9',
+    )
     parser.add_argument("--time-limit", type=float, default=10.0, help="options.time_limit_s, every instance")
     parser.add_argument("--repeat", type=int, default=None, help="repeats per instance (default: S/M 3, L 1)")
     parser.add_argument("--no-naive", action="store_true", help="skip the plain-HiGHS comparison")
@@ -642,7 +645,7 @@ def main(argv: list[str] | None = None) -> int:
         request = with_time_limit(instance(name), args.time_limit)
         gen_ms = (time.perf_counter() - began) * 1e3
         mip_rel_gap = request.options.mip_rel_gap
-        repeat = max(1, args.repeat or (1 if name == "L" else 3))
+        repeat = max(1, args.repeat or (3 if name == "S" else 1))
         runs = []
         for r in range(repeat):
             t = time.perf_counter()
