@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from models.errors import PlannerError
     from models.plan import PlanRequest
     from profiler.calibrate import Calibration
+    from profiler.store import ProfileStore
 
 EXIT_INPUT = 2
 EXIT_SOLVER = 1
@@ -102,9 +103,8 @@ def profiles_command(as_json: bool, store_dir: Path | None) -> None:
     """List the stored and bundled profile sets."""
     from models.codec import encode
     from models.errors import PlannerError
-    from profiler.store import ProfileStore, bundled_root
 
-    store = ProfileStore([bundled_root(), store_dir]) if store_dir is not None else ProfileStore()
+    store = _store(store_dir)
     try:
         manifests = [store.manifest(name) for name in store.names()]
     except PlannerError as error:
@@ -243,6 +243,13 @@ def profile_command(
 __all__ = ["main"]
 
 
+def _store(store_dir: Path | None) -> "ProfileStore":
+    """The bundled sets plus `store_dir` (default: $FLEETPLAN_PROFILE_STORE)."""
+    from profiler.store import ProfileStore, bundled_root
+
+    return ProfileStore([bundled_root(), store_dir]) if store_dir is not None else ProfileStore()
+
+
 def _parse_engine_options(pairs: tuple[str, ...]) -> dict[str, object]:
     """KEY=VALUE pairs; VALUE is parsed as JSON when it is JSON, else kept as a string."""
     import json
@@ -287,9 +294,8 @@ def calibrate_command(set_name: str, store_dir: Path | None, output_tokens: int,
     from models.codec import encode
     from models.errors import PlannerError
     from profiler.calibrate import fit, report
-    from profiler.store import ProfileStore, bundled_root
 
-    store = ProfileStore([bundled_root(), store_dir]) if store_dir is not None else ProfileStore()
+    store = _store(store_dir)
     try:
         calibration = fit(store.load(set_name), output_tokens=output_tokens)
     except PlannerError as error:
@@ -316,10 +322,9 @@ def merge_command(sets: tuple[str, ...], set_name: str, out: Path, replace: bool
 
     from models.errors import PlannerError
     from models.profile import ProfileSetManifest
-    from profiler.store import ProfileStore, bundled_root
     from profiler.tables import merge_tables
 
-    store = ProfileStore([bundled_root(), out])
+    store = _store(out)
     try:
         tables = [store.load(name) for name in sets]
         manifest = ProfileSetManifest(
