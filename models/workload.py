@@ -42,6 +42,10 @@ class ModelSpec(Base):
         assert self.layers and self.kv_heads and self.head_dim  # guaranteed by __post_init__
         return 2 * self.layers * self.kv_heads * self.head_dim * self.bytes_per_element
 
+    def kv_gbit(self, prompt_tokens: int) -> float:
+        """Gigabits a request's KV cache moves from prefill to decode: 8 * S_w / 1e9, S_w = p_w * kv_bytes."""
+        return 8.0 * prompt_tokens * self.kv_bytes / 1e9
+
 
 class Slo(Base):
     """Latency targets at one percentile: the class is served only where both hold."""

@@ -60,7 +60,7 @@ def gpu_only(cand: Candidates, time_limit_s: float) -> GpuOnlyBaseline:
 def _per_instance(cand: Candidates, uses: pd.DataFrame) -> np.ndarray:
     """RPS one instance can carry: rho * rate, and for disaggregated pools no more than its NIC moves."""
     rho = cand.request.options.max_utilization
-    kv = cand.classes["kv_gbit"].to_numpy()[uses["w"].to_numpy()]
+    kv = uses["kv_gbit"].to_numpy()
     nic_limit = np.where(uses["role"].to_numpy() == "colocated", np.inf, uses["bw_gbps"].to_numpy() / kv)
     return np.minimum(rho * uses["rate_rps"].to_numpy(), nic_limit)
 

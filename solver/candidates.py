@@ -63,7 +63,7 @@ def class_table(request: PlanRequest) -> pd.DataFrame:
             "percentile": w.slo.percentile,
             "ttft_slo_ms": w.slo.ttft_ms,
             "tbt_slo_ms": w.slo.tbt_ms,
-            "kv_gbit": 8.0 * w.prompt_tokens * specs[w.model].kv_bytes / 1e9,
+            "kv_gbit": specs[w.model].kv_gbit(w.prompt_tokens),
         }
         for w in request.workloads
     ]
@@ -173,6 +173,7 @@ def role_uses(points: pd.DataFrame, classes: pd.DataFrame, request: PlanRequest)
     uses = pd.concat(parts, ignore_index=True) if parts else points.iloc[:0].assign(role="", rate_rps=0.0)
     uses["owner"] = classes.loc[uses["w"], "owner"].to_numpy()
     uses["model"] = classes.loc[uses["w"], "model"].to_numpy()
+    uses["kv_gbit"] = classes.loc[uses["w"], "kv_gbit"].to_numpy()  # KV Gbit per request, for NIC/link rows
     return uses
 
 
@@ -205,7 +206,7 @@ def flow_tiers(uses: pd.DataFrame, classes: pd.DataFrame, keyed: bool) -> pd.Dat
 
     prefill = uses[uses["role"] == "prefill"].drop(columns=["key", "tier"])
     pairs = prefill.merge(tiers.rename(columns={"bw_gbps": "decode_bw"}), on="w")
-    kv = classes.loc[pairs["w"], "kv_gbit"].to_numpy()
+    kv = pairs["kv_gbit"].to_numpy()
     slo = classes.loc[pairs["w"], "ttft_slo_ms"].to_numpy()
     t_kv = transfer_ms(kv, pairs["bw_gbps"].to_numpy(), pairs["decode_bw"].to_numpy())
     reach = pairs[pairs["ttft_ms"].to_numpy() + t_kv <= slo * (1 + 1e-12)]

@@ -29,7 +29,7 @@ def _capacity_used(cand: Candidates, flow: np.ndarray) -> np.ndarray:
 def _nic_used(cand: Candidates, flow: np.ndarray) -> np.ndarray:
     """KV Gbit/s through each pool's NICs (prefill: out, decode: in, colocated: none)."""
     uses = cand.uses
-    kv = cand.classes["kv_gbit"].to_numpy()[uses["w"].to_numpy()]
+    kv = uses["kv_gbit"].to_numpy()
     moving = (uses["role"] != "colocated").to_numpy()
     return np.bincount(uses["pool"], weights=flow * kv * moving, minlength=len(cand.pools))
 

@@ -188,7 +188,7 @@ def define_nic(cand: Candidates, cols: Columns) -> Block:
     uses = cand.uses
     use_rows = row_of_pool[uses["pool"].to_numpy()]
     mine = use_rows >= 0
-    kv = cand.classes["kv_gbit"].to_numpy()[uses["w"].to_numpy()]
+    kv = uses["kv_gbit"].to_numpy()
     rows = np.concatenate([use_rows[mine], np.arange(len(limited))])
     columns = np.concatenate([cols.use_offset + np.flatnonzero(mine), limited])
     capacity = pools["tp"].to_numpy(float)[limited] * nic[limited]
@@ -206,7 +206,7 @@ def define_links(cand: Candidates, cols: Columns) -> Block:
     request = cand.request
     uses = cand.uses
     prefill = (uses["role"] == "prefill").to_numpy()
-    kv = cand.classes["kv_gbit"].to_numpy()[uses["w"].to_numpy()]
+    kv = uses["kv_gbit"].to_numpy()
     source = uses["device"].to_numpy()
     target = uses["key"].to_numpy()
     rho = request.options.max_utilization
@@ -286,7 +286,7 @@ def column_bounds(cand: Candidates, cols: Columns) -> tuple[np.ndarray, np.ndarr
     rho = cand.request.options.max_utilization
     load = np.bincount(uses["pool"][first], weights=(demand / uses["rate_rps"].to_numpy())[first], minlength=len(pools))
     nic = pools["device"].map(devices["nic_gbps"]).to_numpy()
-    kv = classes["kv_gbit"].to_numpy()[uses["w"].to_numpy()]
+    kv = uses["kv_gbit"].to_numpy()
     traffic = np.bincount(uses["pool"][first], weights=(demand * kv)[first], minlength=len(pools))
     nic_need = np.where(np.isfinite(nic) & (pools["role"] != "colocated").to_numpy(), traffic / (tp * nic), 0.0)
     need = np.ceil(np.maximum(load / rho, nic_need) - 1e-9)

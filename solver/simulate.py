@@ -225,7 +225,7 @@ def _build(request: PlanRequest, plan: Plan, table: ProfileTable):
     per_class = []
     for w_index, (w, result) in enumerate(zip(request.workloads, plan.workloads, strict=True)):
         owner = w.name if request.options.pooling == "class" else w.model
-        kv_gbit = 8.0 * w.prompt_tokens * specs[w.model].kv_bytes / 1e9
+        kv_gbit = specs[w.model].kv_gbit(w.prompt_tokens)
         routes = []
         for route in result.routes:
             if route.rps <= 0:

@@ -49,7 +49,7 @@ def verify(request: PlanRequest, plan: Plan, table=None) -> None:  # noqa: C901,
 
     def kv_gbit(name: str) -> float:
         w = workloads[name]
-        return 8.0 * w.prompt_tokens * specs[w.model].kv_bytes / 1e9
+        return specs[w.model].kv_gbit(w.prompt_tokens)
 
     pool_load: dict[tuple, float] = defaultdict(float)
     pool_traffic: dict[tuple, float] = defaultdict(float)
@@ -153,8 +153,8 @@ def _check_route(request: PlanRequest, w, route: Route, groups) -> list[str]:
         p, d = route.prefill, route.decode
         nic_p, nic_d = devices[p.device].network_gbps, devices[d.device].network_gbps
         if nic_p is not None and nic_d is not None:
-            kv_bits = 8.0 * w.prompt_tokens * request.model_specs()[w.model].kv_bytes
-            expected_kv_ms = 1e3 * kv_bits / (1e9 * min(nic_p * p.tp, nic_d * d.tp))
+            kv_gbit = request.model_specs()[w.model].kv_gbit(w.prompt_tokens)
+            expected_kv_ms = 1e3 * kv_gbit / min(nic_p * p.tp, nic_d * d.tp)
     if not _close(route.kv_transfer_ms, expected_kv_ms) or not _close(route.ttft_ms, route.prefill_ms + route.kv_transfer_ms):
         problems.append(f"{w.name}: KV transfer {route.kv_transfer_ms} ms, expected {expected_kv_ms} ms")
     if groups is not None:
