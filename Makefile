@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: install run test bench clean
+.PHONY: install run test dist-check bench clean
 
 $(BIN)/fleetplan: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -17,17 +17,21 @@ install: $(BIN)/fleetplan
 
 run: install
 	@echo "Serving on http://$(HOST):$(PORT) (OpenAPI at /schema). In another shell:"
-	@echo "  curl -s -X POST http://$(HOST):$(PORT)/plan -H 'content-type: application/json' --data @fixtures/requests/paper.json"
+	@echo "  curl -s -X POST http://$(HOST):$(PORT)/plan -H 'content-type: application/json' --data @fleetplan/fixtures/requests/paper.json"
 	$(BIN)/fleetplan serve --host $(HOST) --port $(PORT)
 
 test: install
 	$(BIN)/python -m pytest
 
+# Build the sdist and wheel, install the wheel in a fresh venv outside the checkout, plan and serve from it
+dist-check: install
+	$(BIN)/python scripts/check_dist.py
+
 bench: install
-	$(BIN)/python bench/solver_scaling.py
-	$(BIN)/python bench/http_latency.py
-	$(BIN)/python bench/simulate_speed.py
-	$(BIN)/python bench/headroom_sweep.py
+	$(BIN)/python -m bench.solver_scaling
+	$(BIN)/python -m bench.http_latency
+	$(BIN)/python -m bench.simulate_speed
+	$(BIN)/python -m bench.headroom_sweep
 
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) build dist *.egg-info

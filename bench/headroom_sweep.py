@@ -1,7 +1,7 @@
 """Headroom from evidence: plan each fixture at several max_utilization values, simulate every plan, and report
 the highest value whose simulated SLO attainment stays >= 99% on every fixture.
 
-    python bench/headroom_sweep.py [--values 0.4 0.5 ...] [--duration 600] [--seeds 0 1 2]
+    python -m bench.headroom_sweep [--values 0.4 0.5 ...] [--duration 600] [--seeds 0 1 2]
 
 Writes bench/results/headroom_sweep-<UTC timestamp>.json and headroom_sweep-latest.json.
 """
@@ -10,19 +10,18 @@ import argparse
 import datetime
 import json
 import statistics
-import sys
 import time
 from pathlib import Path
 
 import msgspec
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from fleetplan import fixtures
+from fleetplan.models.codec import read_request
+from fleetplan.solver import plan
+from fleetplan.solver.pipeline import resolve_profiles
+from fleetplan.solver.simulate import simulate
 
-from models.codec import read_request  # noqa: E402
-from solver import plan  # noqa: E402
-from solver.pipeline import resolve_profiles  # noqa: E402
-from solver.simulate import simulate  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 FIXTURES = ("paper", "scarce_gpus", "link_bound")
 TARGET = 0.99
@@ -31,7 +30,7 @@ TARGET = 0.99
 def sweep(values: list[float], duration_s: float, seeds: list[int]) -> list[dict]:
     rows = []
     for fixture in FIXTURES:
-        request = read_request(ROOT / "fixtures" / "requests" / f"{fixture}.json")
+        request = read_request(fixtures.request_path(fixture))
         table = resolve_profiles(request)
         for rho in values:
             options = msgspec.structs.replace(request.options, max_utilization=rho)
@@ -74,7 +73,9 @@ def main() -> None:
         if all(r["attainment_min"] >= TARGET for r in rows if r["max_utilization"] == rho)
     ]
     best = max(ok) if ok else None
-    print(f"highest max_utilization with simulated attainment >= {TARGET:.0%} on every fixture and seed: {best}")
+    print(
+        f"highest max_utilization with simulated attainment >= {TARGET:.0%} on every fixture and seed: {best}"
+    )
     stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%SZ")
     result = {
         "created": stamp,

@@ -1,4 +1,4 @@
-"""HTTP latency of POST /plan on the S instance (fixtures/requests/paper.json) against the real server.
+"""HTTP latency of POST /plan on the S instance (fleetplan/fixtures/requests/paper.json) against the real server.
 
 Starts `fleetplan serve --host 127.0.0.1 --port <free port>` as a subprocess, waits for GET /health, sends
 one warm-up POST (not counted: the first request pays lazy imports), then N sequential POSTs with httpx
@@ -7,7 +7,7 @@ solver.build_ms / solver.solve_ms. For reference it also times GET /health (the 
 process, solver.plan() on the same request (the pipeline without HTTP, JSON or the worker thread).
 The server is stopped in a finally block.
 
-    python bench/http_latency.py [-n 50] [--timeout 30] [--inprocess 10] [--request PATH]
+    python -m bench.http_latency [-n 50] [--timeout 30] [--inprocess 10] [--request PATH]
 
 Writes bench/results/http_latency-<UTC timestamp>.json and bench/results/http_latency-latest.json.
 """
@@ -27,13 +27,12 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
+import httpx
+
+from bench.solver_scaling import git_info, git_line, machine_info, machine_line, shown, table
+from fleetplan import fixtures
+
 ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
-import httpx  # noqa: E402
-
-from bench.solver_scaling import git_info, git_line, machine_info, machine_line, shown, table  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results"
 MAX_N = 1000
@@ -48,7 +47,7 @@ def free_port() -> int:
 
 def server_command(port: int) -> list[str]:
     script = Path(sys.executable).parent / "fleetplan"
-    base = [str(script)] if script.exists() else [sys.executable, "-c", "from api.cli import main; main()"]
+    base = [str(script)] if script.exists() else [sys.executable, "-m", "fleetplan"]
     return [*base, "serve", "--host", HOST, "--port", str(port), "--log-level", "warning"]
 
 
@@ -103,8 +102,8 @@ def wait_healthy(client: httpx.Client, base: str, proc: subprocess.Popen, deadli
 
 def in_process(path: Path, n: int) -> dict:
     """solver.plan on the same request in this process (after one warm-up), for the HTTP overhead."""
-    from models.codec import read_request
-    from solver import plan
+    from fleetplan.models.codec import read_request
+    from fleetplan.solver import plan
 
     request = read_request(path)
     plan(request)
@@ -122,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=30.0, help="per-request timeout, seconds")
     parser.add_argument("--health", type=int, default=20, help="GET /health requests for the HTTP floor")
     parser.add_argument("--inprocess", type=int, default=10, help="in-process solver.plan() runs (0: skip)")
-    parser.add_argument("--request", type=Path, default=ROOT / "fixtures" / "requests" / "paper.json")
+    parser.add_argument("--request", type=Path, default=fixtures.request_path("paper"))
     parser.add_argument("--out", type=Path, default=RESULTS, help="results directory")
     args = parser.parse_args(argv)
     n = max(1, min(args.requests, MAX_N))

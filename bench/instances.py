@@ -10,11 +10,12 @@ import msgspec
 import numpy as np
 import pandas as pd
 
-from models.codec import read_request
-from models.hardware import HARDWARE, HardwareSpec
-from models.plan import PlanRequest
-from models.workload import CATALOG
-from profiler.analytic import estimate_rows
+from fleetplan import fixtures
+from fleetplan.models.codec import read_request
+from fleetplan.models.hardware import HARDWARE, HardwareSpec
+from fleetplan.models.plan import PlanRequest
+from fleetplan.models.workload import CATALOG
+from fleetplan.profiler.analytic import estimate_rows
 
 ROOT = Path(__file__).resolve().parent.parent
 PROMPTS = [128, 256, 512, 1024, 2048]
@@ -33,13 +34,17 @@ _VARIANTS = [
 def hardware(n_types: int) -> list[HardwareSpec]:
     base = list(HARDWARE.values())
     variants = [
-        msgspec.structs.replace(HARDWARE[src], name=name, network_gbps=nic, cost_per_hour=HARDWARE[src].cost_per_hour * f)
+        msgspec.structs.replace(
+            HARDWARE[src], name=name, network_gbps=nic, cost_per_hour=HARDWARE[src].cost_per_hour * f
+        )
         for src, name, nic, f in _VARIANTS
     ]
     return (base + variants)[:n_types]
 
 
-def profile_rows(specs: list[HardwareSpec], models: list[str], tps: list[int], batches: list[int]) -> list[dict]:
+def profile_rows(
+    specs: list[HardwareSpec], models: list[str], tps: list[int], batches: list[int]
+) -> list[dict]:
     rows = []
     for hw in specs:
         for model in models:
@@ -47,7 +52,9 @@ def profile_rows(specs: list[HardwareSpec], models: list[str], tps: list[int], b
     return rows
 
 
-def synthetic_request(n_types: int, n_classes: int, tps: list[int], batches: list[int], seed: int) -> PlanRequest:
+def synthetic_request(
+    n_types: int, n_classes: int, tps: list[int], batches: list[int], seed: int
+) -> PlanRequest:
     """A fleet of n_types device types and n_classes classes whose SLOs are drawn around what is achievable."""
     rng = np.random.default_rng(seed)
     specs = hardware(n_types)
@@ -87,7 +94,12 @@ def synthetic_request(n_types: int, n_classes: int, tps: list[int], batches: lis
                 "weight": float(rng.choice([1.0, 1.0, 2.0])),
             }
         )
-    body = {"devices": devices, "workloads": workloads, "profiles": {"rows": rows}, "options": {"time_limit_s": 60}}
+    body = {
+        "devices": devices,
+        "workloads": workloads,
+        "profiles": {"rows": rows},
+        "options": {"time_limit_s": 60},
+    }
     return msgspec.convert(body, PlanRequest)
 
 
@@ -95,7 +107,7 @@ def instance(name: str) -> PlanRequest:
     """S, M or L at the default max_utilization; "M@0.9" plans the same instance at max_utilization 0.9."""
     base, _, rho = name.partition("@")
     if base == "S":
-        request = read_request(ROOT / "fixtures" / "requests" / "paper.json")
+        request = read_request(fixtures.request_path("paper"))
     elif base == "M":
         request = synthetic_request(8, 36, [1, 2, 4], [1, 2, 4, 8, 16, 32], seed=7)
     elif base == "L":

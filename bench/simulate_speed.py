@@ -3,8 +3,8 @@
 The fleet is the paper fixture with twice the devices and twice the demand, planned with
 max_utilization 0.6 (so it is healthy); arrivals are scaled so the total offered rate is --rps.
 
-    .venv/bin/python bench/simulate_speed.py                  # 1 h at 100 RPS, 3 repeats
-    .venv/bin/python bench/simulate_speed.py --hours 0.25 --repeat 1
+    .venv/bin/python -m bench.simulate_speed                  # 1 h at 100 RPS, 3 repeats
+    .venv/bin/python -m bench.simulate_speed --hours 0.25 --repeat 1
 
 Writes bench/results/simulate_speed-<UTC timestamp>.json and simulate_speed-latest.json.
 """
@@ -15,23 +15,22 @@ import json
 import os
 import platform
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import msgspec
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from fleetplan import fixtures
+from fleetplan.models.plan import Options, PlanRequest
+from fleetplan.solver.pipeline import plan, resolve_profiles
+from fleetplan.solver.simulate import simulate
 
-from models.plan import Options, PlanRequest  # noqa: E402
-from solver.pipeline import plan, resolve_profiles  # noqa: E402
-from solver.simulate import simulate  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def fleet(scale: int = 2) -> PlanRequest:
-    request = msgspec.json.decode((ROOT / "fixtures/requests/paper.json").read_bytes(), type=PlanRequest)
+    request = msgspec.json.decode(fixtures.request_path("paper").read_bytes(), type=PlanRequest)
     devices = [msgspec.structs.replace(d, count=d.count * scale) for d in request.devices]
     workloads = [msgspec.structs.replace(w, rate_rps=w.rate_rps * scale) for w in request.workloads]
     return msgspec.structs.replace(

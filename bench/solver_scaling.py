@@ -2,16 +2,16 @@
 
 Per instance and repeat:
   1. candidates and matrix built once outside any solve (sizes; build ms),
-  2. the goodput stage alone: solver.optimize.optimize(request, cand, [("goodput", MAX)]) (our route: LP
+  2. the goodput stage alone: fleetplan.solver.optimize.optimize(request, cand, [("goodput", MAX)]) (our route: LP
      relaxation -> RENS-style sub-MIP -> full MIP seeded with its plan),
   3. the same goodput MIP handed to the HiGHS backend directly, no start ("naive": plain HiGHS),
   4. the full solver.plan(request, with_baselines=True) (goodput, cost tie-break, baselines, verify).
 
 Instrumentation: while it runs, the script wraps (in this process only, never on disk) the backend that
-solver.optimize gets and a few pipeline functions, to time each HiGHS call and each pipeline step. The
+fleetplan.solver.optimize gets and a few pipeline functions, to time each HiGHS call and each pipeline step. The
 wrappers only read the clock; the solver's behaviour is unchanged.
 
-    python bench/solver_scaling.py [--instances S M L] [--time-limit 10] [--repeat N] [--no-naive]
+    python -m bench.solver_scaling [--instances S M L] [--time-limit 10] [--repeat N] [--no-naive]
 
 Writes bench/results/solver_scaling-<UTC timestamp>.json and bench/results/solver_scaling-latest.json.
 """
@@ -33,22 +33,19 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
+import msgspec
+
+import fleetplan.solver.baselines
+import fleetplan.solver.optimize
+import fleetplan.solver.pipeline
+from bench.instances import instance
+from fleetplan.solver import plan
+from fleetplan.solver.backends import Sense, get_backend
+from fleetplan.solver.candidates import build_candidates
+from fleetplan.solver.formulation import build_matrix
+from fleetplan.solver.pipeline import resolve_profiles
+
 ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
-import msgspec  # noqa: E402
-
-import solver.baselines  # noqa: E402
-import solver.optimize  # noqa: E402
-import solver.pipeline  # noqa: E402
-from bench.instances import instance  # noqa: E402
-from solver import plan  # noqa: E402
-from solver.backends import Sense, get_backend  # noqa: E402
-from solver.candidates import build_candidates  # noqa: E402
-from solver.formulation import build_matrix  # noqa: E402
-from solver.pipeline import resolve_profiles  # noqa: E402
-
 RESULTS = ROOT / "bench" / "results"
 
 
@@ -151,7 +148,7 @@ class Call:
 
 @dataclass
 class Probe:
-    """Times every backend call made through solver.optimize and the pipeline steps of solver.plan."""
+    """Times every backend call made through fleetplan.solver.optimize and the pipeline steps of solver.plan."""
 
     phase: str = "other"
     calls: list[Call] = field(default_factory=list)
@@ -236,9 +233,9 @@ def _timed(step: str, fn, phase_name: str | None = None):
 
 @contextlib.contextmanager
 def instrumented():
-    """Wrap, for the duration, what solver.optimize and solver.plan call; restore on exit."""
-    real_get_backend = solver.optimize.get_backend
-    real_build_matrix = solver.optimize.build_matrix
+    """Wrap, for the duration, what fleetplan.solver.optimize and solver.plan call; restore on exit."""
+    real_get_backend = fleetplan.solver.optimize.get_backend
+    real_build_matrix = fleetplan.solver.optimize.build_matrix
 
     def get_backend_rec(name):
         return RecordingBackend(real_get_backend(name))
@@ -251,14 +248,30 @@ def instrumented():
         return form, cols
 
     patches = [
-        (solver.optimize, "get_backend", get_backend_rec),
-        (solver.optimize, "build_matrix", build_matrix_rec),
-        (solver.pipeline, "resolve_profiles", _timed("profiles", solver.pipeline.resolve_profiles)),
-        (solver.pipeline, "build_candidates", _timed("candidates", solver.pipeline.build_candidates)),
-        (solver.pipeline, "optimize", _timed("optimize", solver.pipeline.optimize, "plan")),
-        (solver.pipeline, "verify", _timed("verify", solver.pipeline.verify)),
-        (solver.baselines, "gpu_only", _timed("gpu_only", solver.baselines.gpu_only, "gpu_only")),
-        (solver.baselines, "greedy", _timed("greedy", solver.baselines.greedy)),
+        (fleetplan.solver.optimize, "get_backend", get_backend_rec),
+        (fleetplan.solver.optimize, "build_matrix", build_matrix_rec),
+        (
+            fleetplan.solver.pipeline,
+            "resolve_profiles",
+            _timed("profiles", fleetplan.solver.pipeline.resolve_profiles),
+        ),
+        (
+            fleetplan.solver.pipeline,
+            "build_candidates",
+            _timed("candidates", fleetplan.solver.pipeline.build_candidates),
+        ),
+        (
+            fleetplan.solver.pipeline,
+            "optimize",
+            _timed("optimize", fleetplan.solver.pipeline.optimize, "plan"),
+        ),
+        (fleetplan.solver.pipeline, "verify", _timed("verify", fleetplan.solver.pipeline.verify)),
+        (
+            fleetplan.solver.baselines,
+            "gpu_only",
+            _timed("gpu_only", fleetplan.solver.baselines.gpu_only, "gpu_only"),
+        ),
+        (fleetplan.solver.baselines, "greedy", _timed("greedy", fleetplan.solver.baselines.greedy)),
     ]
     saved = []
     for module, name, replacement in patches:
@@ -327,7 +340,7 @@ def run_once(request, naive: bool) -> dict:
         PROBE.reset()
         with phase("goodput"):
             began, cpu = time.perf_counter(), time.process_time()
-            outcome = solver.optimize.optimize(request, cand, [("goodput", Sense.MAX)])
+            outcome = fleetplan.solver.optimize.optimize(request, cand, [("goodput", Sense.MAX)])
             wall, cpu = (time.perf_counter() - began) * 1e3, (time.process_time() - cpu) * 1e3
         out["goodput"] = {
             "wall_ms": wall,  # includes optimize's own matrix build
@@ -438,7 +451,12 @@ def median(runs: list[dict], *path: str) -> float | None:
 
 
 _TIMED_PLAN_KEYS = (
-    "wall_ms", "cpu_ms", "goodput_done_ms", "goodput_done_in_optimize_ms", "steps_ms", "goodput_in_plan"
+    "wall_ms",
+    "cpu_ms",
+    "goodput_done_ms",
+    "goodput_done_in_optimize_ms",
+    "steps_ms",
+    "goodput_in_plan",
 )
 
 
@@ -530,9 +548,20 @@ def size_table(summaries: list[dict]) -> str:
     headers = ["inst", "rep", "classes", "dev types", "pools(int)", "vars", "rows", "nnz",
                "profiles ms", "cand ms", "matrix ms", "build ms"]  # fmt: skip
     rows = [
-        [s["instance"], str(s["repeats"]), str(s["classes"]), str(s["device_types"]), str(s["integers"]),
-         str(s["variables"]), str(s["rows"]), str(s["nonzeros"]), fmt(s["profiles_ms"]),
-         fmt(s["candidates_ms"]), fmt(s["matrix_ms"]), fmt(s["build_ms"])]  # fmt: skip
+        [
+            s["instance"],
+            str(s["repeats"]),
+            str(s["classes"]),
+            str(s["device_types"]),
+            str(s["integers"]),
+            str(s["variables"]),
+            str(s["rows"]),
+            str(s["nonzeros"]),
+            fmt(s["profiles_ms"]),
+            fmt(s["candidates_ms"]),
+            fmt(s["matrix_ms"]),
+            fmt(s["build_ms"]),
+        ]  # fmt: skip
         for s in summaries
     ]
     return table(headers, rows)
@@ -552,10 +581,21 @@ def goodput_table(summaries: list[dict]) -> str:
             routes.append(("naive", n["wall_ms"], n, None))
         for label, ms, r, lp in routes:
             rows.append(
-                [s["instance"], label, fmt(ms), fmt(r.get("cpu_ms")), fmt(r.get("lp_ms")),
-                 fmt(r.get("sub_mip_ms")), fmt(r.get("mip_ms")), fmt(r.get("sub_mip_objective"), ".3f"),
-                 status_of(r["statuses"]), fmt(r["objective"], ".3f"), fmt(r["mip_bound"], ".3f"),
-                 pct(r["gap"]), fmt(lp, ".3f")]  # fmt: skip
+                [
+                    s["instance"],
+                    label,
+                    fmt(ms),
+                    fmt(r.get("cpu_ms")),
+                    fmt(r.get("lp_ms")),
+                    fmt(r.get("sub_mip_ms")),
+                    fmt(r.get("mip_ms")),
+                    fmt(r.get("sub_mip_objective"), ".3f"),
+                    status_of(r["statuses"]),
+                    fmt(r["objective"], ".3f"),
+                    fmt(r["mip_bound"], ".3f"),
+                    pct(r["gap"]),
+                    fmt(lp, ".3f"),
+                ]  # fmt: skip
             )
     return table(headers, rows, right={2, 3, 4, 5, 6, 7, 9, 10, 11, 12})
 
@@ -567,9 +607,19 @@ def plan_table(summaries: list[dict]) -> str:
     for s in summaries:
         p = s["plan"]
         rows.append(
-            [s["instance"], fmt(p["wall_ms"]), fmt(p["cpu_ms"]), fmt(p["goodput_done_ms"]), p["status"],
-             fmt(p["slo_rps"], ".3f"), fmt(p["gpu_only_rps"], ".3f"), fmt(p["greedy_rps"], ".3f"),
-             times(p["vs_gpu_only"]), times(p["vs_greedy"]), p["tie_break"] or "-"]  # fmt: skip
+            [
+                s["instance"],
+                fmt(p["wall_ms"]),
+                fmt(p["cpu_ms"]),
+                fmt(p["goodput_done_ms"]),
+                p["status"],
+                fmt(p["slo_rps"], ".3f"),
+                fmt(p["gpu_only_rps"], ".3f"),
+                fmt(p["greedy_rps"], ".3f"),
+                times(p["vs_gpu_only"]),
+                times(p["vs_greedy"]),
+                p["tie_break"] or "-",
+            ]  # fmt: skip
         )
     return table(headers, rows, right={1, 2, 3, 5, 6, 7, 8, 9})
 
@@ -600,7 +650,7 @@ def report(summaries: list[dict], meta: dict) -> str:
             size_table(summaries),
             "",
             "2) Goodput stage. ms from optimize() entry (its own matrix build included); naive: solve only",
-            "   ours-alone   = solver.optimize.optimize(request, cand, [('goodput', MAX)])",
+            "   ours-alone   = fleetplan.solver.optimize.optimize(request, cand, [('goodput', MAX)])",
             "   ours-in-plan = the goodput stage inside solver.plan (goodput, then cost), to its MIP's end",
             "   naive        = the same goodput MIP on the HiGHS backend directly (no LP/sub-MIP, no start)",
             goodput_table(summaries),
@@ -620,7 +670,9 @@ def report(summaries: list[dict], meta: dict) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
-        "--instances", nargs="+", default=["S", "M", "L", "M@0.9", "L@0.9"],
+        "--instances",
+        nargs="+",
+        default=["S", "M", "L", "M@0.9", "L@0.9"],
         help='S, M, L at the default max_utilization; "M@0.9" = M planned at max_utilization 0.9',
     )
     parser.add_argument("--time-limit", type=float, default=10.0, help="options.time_limit_s, every instance")

@@ -27,7 +27,7 @@ from typing import Any
 
 import torch
 
-from profiler.engines.tiny import TINY_MODEL, build_tiny_model
+from fleetplan.profiler.engines.tiny import TINY_MODEL, build_tiny_model
 
 
 class TinyServer(ThreadingHTTPServer):

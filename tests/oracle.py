@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from scipy.optimize import linprog
 
-from models import PlanRequest, Workload
+from fleetplan.models import PlanRequest, Workload
 
 ROLES = ("prefill", "decode", "colocated")
 # Float slack for comparing a cost sum against budget_per_hour (the test strategies avoid near-ties).

@@ -18,7 +18,7 @@ import msgspec
 from hypothesis import strategies as st
 from oracle import count_x_vectors
 
-from models import PlanRequest
+from fleetplan.models import PlanRequest
 
 DEVICE_NAMES = ("gpu", "acc")
 MODEL_NAMES = ("m1", "m2")

@@ -8,16 +8,17 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from models.codec import read_request
-from models.hardware import HARDWARE, HardwareSpec
-from models.profile import KEY_COLUMNS, LATENCY_COLUMNS, ProfileRow, ProfileSetManifest
-from models.workload import CATALOG, ModelSpec
-from profiler import build_fixtures
-from profiler.analytic import Efficiency, estimate_rows
+from fleetplan import fixtures
+from fleetplan.models.codec import read_request
+from fleetplan.models.hardware import HARDWARE, HardwareSpec
+from fleetplan.models.profile import KEY_COLUMNS, LATENCY_COLUMNS, ProfileRow, ProfileSetManifest
+from fleetplan.models.workload import CATALOG, ModelSpec
+from fleetplan.profiler import build_fixtures
+from fleetplan.profiler.analytic import Efficiency, estimate_rows
 
 ROOT = Path(__file__).resolve().parents[1]
-PROFILES = ROOT / "fixtures" / "profiles"
-REQUESTS = ROOT / "fixtures" / "requests"
+PROFILES = fixtures.profiles_dir()
+REQUESTS = fixtures.requests_dir()
 SETS = ("paper", "synthetic")
 SMALL = ("llama-3.2-1b", "llama-3.2-3b", "mistral-7b")
 

@@ -19,13 +19,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from litestar.testing import TestClient
 
-import api.app
-from api.app import create_app
-from models.codec import locate_non_finite
-from api.errors import PROBLEM_JSON
-from models.errors import PlanVerificationError
-from models.plan import Plan
-from profiler.store import ProfileStore
+import fleetplan.api.app
+from fleetplan import fixtures
+from fleetplan.api.app import create_app
+from fleetplan.api.errors import PROBLEM_JSON
+from fleetplan.models.codec import locate_non_finite
+from fleetplan.models.errors import PlanVerificationError
+from fleetplan.models.plan import Plan
+from fleetplan.profiler.store import ProfileStore
 
 # gpu prefills fast but decodes too slowly for the 12 ms TBT SLO; acc decodes fast but prefills too slowly
 # for the 300 ms TTFT SLO: the only way to serve the class is gpu prefill -> acc decode.
@@ -134,10 +135,10 @@ def test_plan_uses_the_store_in_app_state(client: TestClient) -> None:
 
 def test_plan_bundled_paper_request_when_present() -> None:
     """The default example against the bundled sets (skipped until they exist)."""
-    root = Path(__file__).resolve().parents[1] / "fixtures"
+    root = fixtures.root()
     path = root / "requests" / "paper.json"
     if not path.is_file() or not (root / "profiles" / "paper" / "profile.csv").is_file():
-        pytest.skip("fixtures/requests/paper.json or the bundled 'paper' profile set is not there yet")
+        pytest.skip("fleetplan/fixtures/requests/paper.json or the bundled 'paper' profile set is not there yet")
     with TestClient(app=create_app()) as bundled:
         response = bundled.post("/plan", content=path.read_bytes())
     assert response.status_code == 200, response.text
@@ -283,8 +284,8 @@ def test_locate_non_finite() -> None:
 
 
 def test_solve_past_the_deadline_is_503(client: TestClient, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(api.app, "solve_deadline_s", lambda request: 0.2)
-    monkeypatch.setattr(api.app, "_solve", lambda request, store: time.sleep(1.5))
+    monkeypatch.setattr(fleetplan.api.app, "solve_deadline_s", lambda request: 0.2)
+    monkeypatch.setattr(fleetplan.api.app, "_solve", lambda request, store: time.sleep(1.5))
     started = time.perf_counter()
     response = post(client, inline_request())
     assert time.perf_counter() - started < 1.2, "the handler waited for the abandoned solve"
@@ -297,7 +298,7 @@ def test_unexpected_error_is_a_generic_500(
     def explode(request: object, store: object) -> None:
         raise RuntimeError("secret internals")
 
-    monkeypatch.setattr(api.app, "_solve", explode)
+    monkeypatch.setattr(fleetplan.api.app, "_solve", explode)
     problem = assert_problem(post(client, inline_request()), 500)
     assert "secret" not in json.dumps(problem)
     assert "secret internals" in caplog.text  # logged with its traceback
@@ -307,7 +308,7 @@ def test_plan_verification_error_is_500(client: TestClient, monkeypatch: pytest.
     def broken(request: object, store: object) -> None:
         raise PlanVerificationError("device 'gpu' used 3 > 2 available", field="devices[0].count")
 
-    monkeypatch.setattr(api.app, "_solve", broken)
+    monkeypatch.setattr(fleetplan.api.app, "_solve", broken)
     problem = assert_problem(post(client, inline_request()), 500, "devices[0].count")
     assert problem["type"].endswith("plan-verification-failed")
 
@@ -383,9 +384,9 @@ def test_random_value_anywhere_never_500(
 def test_plan_with_verify_simulate_attaches_the_simulation():
     from litestar.testing import TestClient
 
-    from api.app import create_app
+    from fleetplan.api.app import create_app
 
-    body = json.loads((Path(__file__).resolve().parent.parent / "fixtures" / "requests" / "paper.json").read_text())
+    body = json.loads(fixtures.request_path("paper").read_text())
     body["verify"] = "simulate"
     with TestClient(app=create_app()) as client:
         response = client.post("/plan", json=body)

@@ -8,11 +8,11 @@ from typing import Any
 
 import pytest
 from litestar.testing import TestClient
-
-from api.app import create_app
-from api.errors import PROBLEM_JSON
-from profiler.store import ProfileStore, bundled_root
 from test_api import ROWS, inline_request
+
+from fleetplan.api.app import create_app
+from fleetplan.api.errors import PROBLEM_JSON
+from fleetplan.profiler.store import ProfileStore, bundled_root
 
 
 def upload(name: str = "uploaded", rows: list[dict[str, Any]] | None = None) -> dict[str, Any]:

@@ -6,7 +6,7 @@ Three layers:
 - `test_forms_agree`: the MatrixForm of each hand-built request, every objective vector, MILP and LP
   relaxation, solved by each backend and compared with highs (this is how ortools is checked end to end
   while `options.solver` does not accept "ortools" yet);
-- `test_plans_agree`: `solver.plan` with `options.solver` switched; weighted goodput within 1e-6
+- `test_plans_agree`: `fleetplan.solver.plan` with `options.solver` switched; weighted goodput within 1e-6
   relative, equal status, and `verify` passing. A backend the Options Struct does not accept is skipped.
 
 OR-Tools must never be imported in this process (its libhighs clashes with highspy's; docs/solvers.md): its
@@ -27,16 +27,16 @@ import scipy.sparse as sp
 from hypothesis import HealthCheck, given, settings
 from strategies import tiny_requests
 
-import solver
-from models import PlanRequest
-from models.errors import InputError
-from models.plan import SolverName
-from solver.backends import Sense, Termination, get_backend
-from solver.backends.base import _BACKENDS
-from solver.candidates import build_candidates
-from solver.formulation import MatrixForm, build_matrix
-from solver.pipeline import resolve_profiles
-from solver.verify import verify
+from fleetplan import solver
+from fleetplan.models import PlanRequest
+from fleetplan.models.errors import InputError
+from fleetplan.models.plan import SolverName
+from fleetplan.solver.backends import Sense, Termination, get_backend
+from fleetplan.solver.backends.base import _BACKENDS
+from fleetplan.solver.candidates import build_candidates
+from fleetplan.solver.formulation import MatrixForm, build_matrix
+from fleetplan.solver.pipeline import resolve_profiles
+from fleetplan.solver.verify import verify
 
 REL = 1e-6
 
@@ -61,7 +61,7 @@ OTHERS = [_backend_param(name) for name in ("pyomo", "ortools")]
 def backend(name: str) -> Any:
     """get_backend for the registered names; ortools directly until base._BACKENDS lists it."""
     if name == "ortools" and name not in _BACKENDS:
-        from solver.backends.ortools import BACKEND
+        from fleetplan.solver.backends.ortools import BACKEND
 
         return BACKEND
     return get_backend(name)
@@ -422,7 +422,7 @@ def test_ortools_stays_out_of_this_process(name):
 
 
 def test_ortools_missing_names_the_extra(monkeypatch):
-    from solver.backends import ortools as module
+    from fleetplan.solver.backends import ortools as module
 
     form, c = knapsack()
     monkeypatch.setattr(module, "ortools_installed", lambda: False)
@@ -433,7 +433,7 @@ def test_ortools_missing_names_the_extra(monkeypatch):
 
 def test_ortools_worker_import_failure_names_the_extra(monkeypatch):
     """The worker's own failure to import ortools (here: -S hides site-packages) becomes the same error."""
-    from solver.backends import ortools as module
+    from fleetplan.solver.backends import ortools as module
 
     form, c = knapsack()
     monkeypatch.setattr(module, "ortools_installed", lambda: True)

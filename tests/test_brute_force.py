@@ -27,7 +27,7 @@ from oracle import (
 )
 from strategies import MAX_VECTORS, tiny_requests
 
-from models import PlanRequest
+from fleetplan.models import PlanRequest
 
 PROPERTY = settings(
     max_examples=40,
@@ -421,8 +421,8 @@ def test_oracle_strategy_respects_enumeration_bound(request):
 
 
 def _solve_and_verify(request: PlanRequest):
-    from solver import plan
-    from solver.verify import verify
+    from fleetplan.solver import plan
+    from fleetplan.solver.verify import verify
 
     note(msgspec.json.encode(request).decode())
     result = plan(request)

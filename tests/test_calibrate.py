@@ -5,12 +5,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from models.errors import InputError
-from models.hardware import HARDWARE
-from models.workload import CATALOG, ModelSpec
-from profiler import tables
-from profiler.analytic import Efficiency, KindFactors, estimate_rows
-from profiler.calibrate import PARAMETERS, Calibration, fit, report
+from fleetplan.models.errors import InputError
+from fleetplan.models.hardware import HARDWARE
+from fleetplan.models.workload import CATALOG, ModelSpec
+from fleetplan.profiler import tables
+from fleetplan.profiler.analytic import Efficiency, KindFactors, estimate_rows
+from fleetplan.profiler.calibrate import PARAMETERS, Calibration, fit, report
 
 MODELS = ("llama-3.2-1b", "llama-3.1-8b", "mistral-7b")
 BATCHES = [1, 2, 4, 8, 16, 32]

@@ -12,11 +12,12 @@ from typing import Any
 import msgspec
 import pytest
 from click.testing import CliRunner
-
-from api.cli import main
-from models.errors import SolverFailure
-from models.plan import Plan
 from test_api import inline_request, write_store
+
+from fleetplan import fixtures
+from fleetplan.api.cli import main
+from fleetplan.models.errors import SolverFailure
+from fleetplan.models.plan import Plan
 
 
 @pytest.fixture
@@ -56,7 +57,7 @@ def test_plan_json_is_a_plan(runner: CliRunner, tmp_path: Path) -> None:
 def test_time_limit_overrides_the_file(
     runner: CliRunner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import solver
+    from fleetplan import solver
 
     seen = []
     monkeypatch.setattr(solver, "plan", lambda request: seen.append(request.options.time_limit_s) or 1 / 0)
@@ -101,14 +102,14 @@ def test_nan_in_file_names_the_field(runner: CliRunner, tmp_path: Path) -> None:
 def test_unreadable_or_malformed_file_exits_2(runner: CliRunner, tmp_path: Path) -> None:
     missing = runner.invoke(main, ["plan", str(tmp_path / "absent.json")])
     assert missing.exit_code == 2
-    assert "cannot read request file" in missing.stderr
+    assert "no such file, and no bundled request of that name (bundled: infeasible, link_bound" in missing.stderr
     malformed = runner.invoke(main, ["plan", str(write_request(tmp_path, '{"devices": ['))])
     assert malformed.exit_code == 2
     assert malformed.stderr.startswith("error: malformed JSON")
 
 
 def test_solver_failure_exits_1(runner: CliRunner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import solver
+    from fleetplan import solver
 
     def fail(request: object) -> None:
         raise SolverFailure("found no plan within time_limit_s=5", field="options.time_limit_s")
@@ -121,9 +122,9 @@ def test_solver_failure_exits_1(runner: CliRunner, tmp_path: Path, monkeypatch: 
 
 def test_rich_and_plain_renderers_show_the_same_rows() -> None:
     pytest.importorskip("rich")
-    from api.render import render_plain, render_rich
-    from models.codec import decode_request
-    from solver import plan
+    from fleetplan.api.render import render_plain, render_rich
+    from fleetplan.models.codec import decode_request
+    from fleetplan.solver import plan
 
     result = plan(decode_request(json.dumps(inline_request())))
     plain, rich = io.StringIO(), io.StringIO()
@@ -162,10 +163,10 @@ def test_help_is_fast_because_imports_are_lazy() -> None:
     code = (
         "import sys\n"
         "from click.testing import CliRunner\n"
-        "from api.cli import main\n"
+        "from fleetplan.api.cli import main\n"
         "result = CliRunner().invoke(main, ['--help'])\n"
         "assert result.exit_code == 0 and 'plan' in result.output\n"
-        "heavy = ('solver', 'pandas', 'highspy', 'litestar', 'uvicorn', 'rich')\n"
+        "heavy = ('fleetplan.solver', 'pandas', 'highspy', 'litestar', 'uvicorn', 'rich')\n"
         "print([m for m in heavy if m in sys.modules])\n"
     )
     root = Path(__file__).resolve().parents[1]
@@ -177,7 +178,7 @@ def test_calibrate_then_estimate_a_sibling(tmp_path):
     """profile (analytic) -> calibrate -> a sibling device estimated with the fitted factors."""
     from click.testing import CliRunner
 
-    from api.cli import main
+    from fleetplan.api.cli import main
 
     runner = CliRunner()
     store = tmp_path / "store"
@@ -201,8 +202,8 @@ def test_calibrate_then_estimate_a_sibling(tmp_path):
 def test_merge_sets_from_two_machines(tmp_path):
     from click.testing import CliRunner
 
-    from api.cli import main
-    from profiler.store import ProfileStore, bundled_root
+    from fleetplan.api.cli import main
+    from fleetplan.profiler.store import ProfileStore, bundled_root
 
     runner = CliRunner()
     store = tmp_path / "store"
@@ -223,7 +224,7 @@ def test_merge_sets_from_two_machines(tmp_path):
 def test_engine_options_reach_the_engine_and_bad_ones_are_named(tmp_path):
     from click.testing import CliRunner
 
-    from api.cli import main
+    from fleetplan.api.cli import main
 
     result = CliRunner().invoke(main, [
         "profile", "--backend", "analytic", "--device", "a100", "--models", "llama-3.1-8b", "--batches", "1",
@@ -238,10 +239,10 @@ def test_simulate_a_request_and_a_saved_plan(tmp_path):
 
     from click.testing import CliRunner
 
-    from api.cli import main
+    from fleetplan.api.cli import main
 
     runner = CliRunner()
-    request = Path(__file__).resolve().parent.parent / "fixtures" / "requests" / "paper.json"
+    request = fixtures.request_path("paper")
     direct = runner.invoke(main, ["simulate", str(request), "--duration", "60", "--warmup", "10", "--json"])
     assert direct.exit_code == 0, direct.output
     report = json.loads(direct.output)
@@ -263,11 +264,32 @@ def test_simulate_plot_draws_distributions_against_the_slos(tmp_path):
     pytest.importorskip("matplotlib", reason="the plot extra (make test installs it)")
     from click.testing import CliRunner
 
-    from api.cli import main
+    from fleetplan.api.cli import main
 
-    request = Path(__file__).resolve().parent.parent / "fixtures" / "requests" / "paper.json"
+    request = fixtures.request_path("paper")
     png = tmp_path / "dist.png"
     result = CliRunner().invoke(main, ["simulate", str(request), "--duration", "30", "--warmup", "5", "--plot", str(png)])
     assert result.exit_code == 0, result.output
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert png.stat().st_size > 10_000
+
+
+def test_a_bundled_request_is_taken_by_name(runner: CliRunner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`fleetplan plan paper` plans the bundled request when no file of that name exists; a file wins."""
+    monkeypatch.chdir(tmp_path)
+    by_name = runner.invoke(main, ["plan", "paper", "--json"])
+    assert by_name.exit_code == 0, by_name.output
+    by_path = runner.invoke(main, ["plan", str(fixtures.request_path("paper")), "--json"])
+    assert msgspec.json.decode(by_name.stdout)["slo_rps"] == msgspec.json.decode(by_path.stdout)["slo_rps"]
+    (tmp_path / "paper").write_text('{"devices": [')
+    shadowed = runner.invoke(main, ["plan", "paper"])
+    assert shadowed.exit_code == 2
+    assert shadowed.stderr.startswith("error: malformed JSON")
+
+
+def test_version_comes_from_the_package_metadata(runner: CliRunner) -> None:
+    from importlib.metadata import version
+
+    result = runner.invoke(main, ["--version"])
+    assert result.exit_code == 0
+    assert result.output.strip() == f"fleetplan, version {version('fleetplan')}"

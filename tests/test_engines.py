@@ -12,15 +12,15 @@ from collections.abc import Iterator
 
 import pytest
 
-from models.errors import InputError
-from profiler.engines import EngineUnavailable, RequestTiming, get_engine
+from fleetplan.models.errors import InputError
+from fleetplan.profiler.engines import EngineUnavailable, RequestTiming, get_engine
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from openai_server import TinyServer, serve_tiny  # noqa: E402 - needs torch
 
-from profiler.engines.openai_engine import EndpointError  # noqa: E402
+from fleetplan.profiler.engines.openai_engine import EndpointError  # noqa: E402
 
 MODEL = "tiny-llama"
 OUTPUT = 8
@@ -116,8 +116,8 @@ def test_transformers_describe(transformers_engine) -> None:
 
 
 def test_tiny_model_matches_catalog_kv_bytes() -> None:
-    from models.workload import CATALOG
-    from profiler.engines.tiny import tiny_config
+    from fleetplan.models.workload import CATALOG
+    from fleetplan.profiler.engines.tiny import tiny_config
 
     config = tiny_config()
     spec = CATALOG[MODEL]

@@ -4,9 +4,9 @@ import json
 
 import pytest
 
-from models.codec import decode_request, encode
-from models.errors import InputError
-from models.plan import PlanRequest
+from fleetplan.models.codec import decode_request, encode
+from fleetplan.models.errors import InputError
+from fleetplan.models.plan import PlanRequest
 
 
 def body(**changes) -> dict:

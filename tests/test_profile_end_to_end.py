@@ -10,11 +10,11 @@ pytest.importorskip("torch", reason="the transformers engine needs the profile-c
 def test_profile_tiny_model_then_plan_from_it(tmp_path):
     from click.testing import CliRunner
 
-    from api.cli import main
-    from models.plan import PlanRequest
-    from profiler.store import ProfileStore, bundled_root
-    from solver import plan
-    from solver.verify import verify
+    from fleetplan.api.cli import main
+    from fleetplan.models.plan import PlanRequest
+    from fleetplan.profiler.store import ProfileStore, bundled_root
+    from fleetplan.solver import plan
+    from fleetplan.solver.verify import verify
 
     result = CliRunner().invoke(main, [
         "profile", "--backend", "transformers", "--device", "cpu", "--models", "tiny-llama",

@@ -7,16 +7,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from models.codec import convert
-from models.errors import InputError, ProfileMissing
-from models.plan import PlanRequest
-from models.profile import ProfileGrid
-from profiler.engines import get_engine
-from profiler.engines.base import RequestTiming
-from profiler.runner import RunInterrupted, partial_path, run_grid
-from profiler.stats import latency_columns, percentiles_ms
-from profiler.store import ProfileStore
-from profiler.tables import monotone_warnings
+from fleetplan.models.codec import convert
+from fleetplan.models.errors import InputError, ProfileMissing
+from fleetplan.models.plan import PlanRequest
+from fleetplan.models.profile import ProfileGrid
+from fleetplan.profiler.engines import get_engine
+from fleetplan.profiler.engines.base import RequestTiming
+from fleetplan.profiler.runner import RunInterrupted, partial_path, run_grid
+from fleetplan.profiler.stats import latency_columns, percentiles_ms
+from fleetplan.profiler.store import ProfileStore
+from fleetplan.profiler.tables import monotone_warnings
 
 GAP_S = 0.002
 
@@ -211,7 +211,7 @@ def test_analytic_engine_set_plans(tmp_path: Path) -> None:
         },
         PlanRequest,
     )
-    from solver import plan
+    from fleetplan.solver import plan
 
     result = plan(request, ProfileStore([tmp_path / "one"]))
     assert result.profile_set.name == "analytic-both"
@@ -243,7 +243,7 @@ def test_analytic_points_that_do_not_fit_are_listed_not_filled(tmp_path: Path) -
 def test_cli_profile_analytic_writes_a_listed_set(tmp_path: Path) -> None:
     from click.testing import CliRunner
 
-    from api.cli import main
+    from fleetplan.api.cli import main
 
     runner = CliRunner()
     args = ["profile", "--backend", "analytic", "--device", "inf2", "--models", "llama-3.2-1b,llama-3.1-70b",
@@ -271,7 +271,7 @@ def test_cli_profile_analytic_writes_a_listed_set(tmp_path: Path) -> None:
 def test_cli_profile_bad_input_exits_2(tmp_path: Path, extra: list[str], says: str) -> None:
     from click.testing import CliRunner
 
-    from api.cli import main
+    from fleetplan.api.cli import main
 
     base = {"--backend": "analytic", "--device": "inf2", "--models": "llama-3.2-1b", "--batches": "1",
             "--prompts": "128"}
@@ -286,11 +286,11 @@ def test_cli_profile_bad_input_exits_2(tmp_path: Path, extra: list[str], says: s
 def test_cli_profile_interrupt_exits_130_and_resumes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from click.testing import CliRunner
 
-    import profiler.engines
-    from api.cli import main
+    import fleetplan.profiler.engines
+    from fleetplan.api.cli import main
 
     engines = iter([FakeEngine(interrupt_on=2 * 5 + 1), FakeEngine()])
-    monkeypatch.setattr(profiler.engines, "get_engine", lambda name, **options: next(engines))
+    monkeypatch.setattr(fleetplan.profiler.engines, "get_engine", lambda name, **options: next(engines))
     args = ["profile", "--backend", "fake", "--device", "cpu", "--models", "m1", "--batches", "1,2",
             "--prompts", "128,256", "--output-tokens", "4", "--warmup", "2", "--runs", "3",
             "--out", str(tmp_path), "--no-progress"]

@@ -1,4 +1,4 @@
-"""The discrete-event replay of a plan (solver/simulate.py, docs/simulation.md)."""
+"""The discrete-event replay of a plan (fleetplan/solver/simulate.py, docs/simulation.md)."""
 
 from pathlib import Path
 
@@ -6,15 +6,16 @@ import msgspec
 import numpy as np
 import pytest
 
-from models.fleet import Device
-from models.plan import Options, PlanRequest
-from models.profile import ProfileRow, ProfilesSpec
-from models.workload import Slo, Workload
-from solver.pipeline import plan, resolve_profiles
-from solver.simulate import load_trace, map_trace_to_classes, quantile_params, sample_ms, simulate
+from fleetplan import fixtures
+from fleetplan.models.fleet import Device
+from fleetplan.models.plan import Options, PlanRequest
+from fleetplan.models.profile import ProfileRow, ProfilesSpec
+from fleetplan.models.workload import Slo, Workload
+from fleetplan.solver.pipeline import plan, resolve_profiles
+from fleetplan.solver.simulate import load_trace, map_trace_to_classes, quantile_params, sample_ms, simulate
 
 ROOT = Path(__file__).resolve().parents[1]
-PAPER = ROOT / "fixtures" / "requests" / "paper.json"
+PAPER = fixtures.request_path("paper")
 
 
 def _paper(max_utilization: float | None = None) -> PlanRequest:

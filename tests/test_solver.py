@@ -1,21 +1,21 @@
 """Solver behaviour on the bundled fixtures and on small hand-made instances, every plan verified."""
 
-from pathlib import Path
 
 import msgspec
 import pytest
 
-from models.codec import read_request
-from models.errors import PlanVerificationError, ProfileMissing
-from models.plan import Plan, PlanRequest
-from models.workload import CATALOG
-from profiler.tables import from_rows
-from solver import plan
-from solver.candidates import build_candidates
-from solver.pipeline import resolve_profiles
-from solver.verify import verify
+from fleetplan import fixtures
+from fleetplan.models.codec import read_request
+from fleetplan.models.errors import PlanVerificationError, ProfileMissing
+from fleetplan.models.plan import Plan, PlanRequest
+from fleetplan.models.workload import CATALOG
+from fleetplan.profiler.tables import from_rows
+from fleetplan.solver import plan
+from fleetplan.solver.candidates import build_candidates
+from fleetplan.solver.pipeline import resolve_profiles
+from fleetplan.solver.verify import verify
 
-REQUESTS = Path(__file__).resolve().parent.parent / "fixtures" / "requests"
+REQUESTS = fixtures.requests_dir()
 
 
 def fixture_request(name: str) -> PlanRequest:

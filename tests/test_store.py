@@ -6,10 +6,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from models.errors import InputError, ProfileMissing
-from models.profile import ProfileSetManifest
-from profiler.store import VERSIONS, ProfileSetExists, ProfileStore, StoreNotWritable, bundled_root
-from profiler.tables import check_grid_complete, check_no_nan, check_rows_have_latencies
+from fleetplan.models.errors import InputError, ProfileMissing
+from fleetplan.models.profile import ProfileSetManifest
+from fleetplan.profiler.store import VERSIONS, ProfileSetExists, ProfileStore, StoreNotWritable, bundled_root
+from fleetplan.profiler.tables import check_grid_complete, check_no_nan, check_rows_have_latencies
 
 
 def frame(ttft: list[float] | None = None) -> pd.DataFrame:

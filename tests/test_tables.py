@@ -4,9 +4,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from models.errors import ProfileMissing
-from profiler.store import ProfileStore
-from profiler.tables import content_hash, from_frame
+from fleetplan.models.errors import ProfileMissing
+from fleetplan.profiler.store import ProfileStore
+from fleetplan.profiler.tables import content_hash, from_frame
 
 
 def frame(**overrides) -> pd.DataFrame:

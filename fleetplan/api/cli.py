@@ -1,0 +1,448 @@
+"""`fleetplan`: plan a fleet from a request file, serve the HTTP API, list profile sets.
+
+A thin shell: it decodes through models.codec, calls solver.plan and prints. Heavy imports (the solver's
+pandas and highspy, Litestar, uvicorn) happen inside the commands so that `fleetplan --help` is fast.
+
+Exit codes: 0 success, 2 bad input (the request, or the profile data it names: a 4xx over HTTP),
+1 the planner failed (the solver gave no plan, or a plan failed verification: a 5xx over HTTP),
+130 `profile` was interrupted (Ctrl-C; the finished points are kept for a rerun to resume).
+"""
+
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, NoReturn
+
+import click
+
+if TYPE_CHECKING:
+    from fleetplan.models.errors import PlannerError
+    from fleetplan.models.plan import PlanRequest
+    from fleetplan.profiler.calibrate import Calibration
+    from fleetplan.profiler.store import ProfileStore
+
+EXIT_INPUT = 2
+EXIT_SOLVER = 1
+EXIT_INTERRUPTED = 130
+
+
+def _fail(error: "PlannerError") -> NoReturn:
+    """Print "error: <field>: <reason>" on stderr; exit 2 for the user's input, 1 for the planner."""
+    click.echo(f"error: {error}", err=True)
+    sys.exit(EXIT_INPUT if error.status_code < 500 else EXIT_SOLVER)
+
+
+def _with_time_limit(request: "PlanRequest", seconds: float) -> "PlanRequest":
+    """The request with options.time_limit_s replaced, re-validated through the codec (so the bounds and
+    the error message are the same as for a time limit written in the file)."""
+    from fleetplan.models.codec import convert, to_builtins
+    from fleetplan.models.plan import PlanRequest
+
+    data = to_builtins(request)
+    data["options"]["time_limit_s"] = seconds
+    return convert(data, PlanRequest)
+
+
+def _request_path(_ctx: click.Context, _param: click.Parameter, value: str | None) -> Path | None:
+    """A request file, or the name of a bundled example request (`fleetplan plan paper`) when no file of
+    that name exists."""
+    if value is None or Path(value).exists():
+        return None if value is None else Path(value)
+    from fleetplan import fixtures
+
+    if value in fixtures.request_names():
+        return fixtures.request_path(value)
+    raise click.BadParameter(
+        f"no such file, and no bundled request of that name (bundled: {', '.join(fixtures.request_names())})"
+    )
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="fleetplan", prog_name="fleetplan")
+def main() -> None:
+    """Placement planner for LLM serving fleets (prefill/decode device pairing as a MILP)."""
+
+
+@main.command("plan")
+@click.argument("file", metavar="REQUEST", callback=_request_path)
+@click.option("--json", "as_json", is_flag=True, help="Print the Plan as JSON (the API's response body).")
+@click.option("--time-limit", type=float, metavar="S", help="Override options.time_limit_s (seconds).")
+@click.option("--plain", is_flag=True, help="Plain-text tables even on a terminal with rich installed.")
+def plan_command(file: Path, as_json: bool, time_limit: float | None, plain: bool) -> None:
+    """Plan the fleet described by the PlanRequest JSON in REQUEST: a file, or the name of a bundled
+    example (paper, scarce_gpus, link_bound, infeasible)."""
+    from fleetplan.models.codec import read_request
+    from fleetplan.models.errors import PlannerError
+
+    try:
+        request = read_request(file)
+        if time_limit is not None:
+            request = _with_time_limit(request, time_limit)
+        from fleetplan.solver import plan
+
+        result = plan(request)
+    except PlannerError as error:
+        _fail(error)
+
+    if as_json:
+        import msgspec
+
+        from fleetplan.models.codec import encode
+
+        click.echo(msgspec.json.format(encode(result), indent=2).decode())
+    else:
+        from fleetplan.api.render import render
+
+        # rich only pays off on a terminal; pipes and files get plain columns that never wrap mid-cell
+        render(result, sys.stdout, plain=plain or not sys.stdout.isatty())
+
+
+@main.command("serve")
+@click.option("--host", default="127.0.0.1", show_default=True, help="Interface to bind.")
+@click.option("--port", default=8000, show_default=True, type=click.IntRange(0, 65535), help="TCP port.")
+@click.option("--log-level", default="info", show_default=True,
+              type=click.Choice(["critical", "error", "warning", "info", "debug"]))
+def serve_command(host: str, port: int, log_level: str) -> None:
+    """Serve the HTTP API (POST /plan, GET /profiles, GET /health; OpenAPI at /schema)."""
+    import uvicorn
+
+    from fleetplan.api.app import create_app
+
+    uvicorn.run(create_app(), host=host, port=port, log_level=log_level)
+
+
+@main.command("profiles")
+@click.option("--json", "as_json", is_flag=True, help="Print the manifests as JSON.")
+@click.option("--store", "store_dir", type=click.Path(file_okay=False, path_type=Path), metavar="DIR",
+              help="A user profile store to list too (default: $FLEETPLAN_PROFILE_STORE).")
+def profiles_command(as_json: bool, store_dir: Path | None) -> None:
+    """List the stored and bundled profile sets."""
+    from fleetplan.models.codec import encode
+    from fleetplan.models.errors import PlannerError
+
+    store = _store(store_dir)
+    try:
+        manifests = [store.manifest(name) for name in store.names()]
+    except PlannerError as error:
+        _fail(error)
+    if as_json:
+        import msgspec
+
+        click.echo(msgspec.json.format(encode(manifests), indent=2).decode())
+        return
+    if not manifests:
+        click.echo("no profile sets found (bundled fleetplan/fixtures/profiles or $FLEETPLAN_PROFILE_STORE)")
+        return
+    width = max(len(m.name) for m in manifests)
+    for m in manifests:
+        description = m.description if len(m.description) <= 90 else m.description[:87] + "..."
+        click.echo(f"{m.name.ljust(width)}  {m.rows:>6} rows  sha256 {m.sha256[:12]}  {description}")
+
+
+def _int_list(text: str) -> list[str]:
+    return [part.strip() for part in text.split(",") if part.strip()]
+
+
+@main.command("profile")
+@click.option("--backend", required=True, metavar="NAME",
+              help="Engine: transformers, openai, vllm, neuron, jetstream or analytic (spec-sheet estimate).")
+@click.option("--device", required=True, metavar="LABEL",
+              help="Device label the rows carry (for --backend analytic: a models.hardware name, e.g. inf2).")
+@click.option("--models", required=True, metavar="M1,M2", help="Comma-separated model names.")
+@click.option("--batches", required=True, metavar="B1,B2", help="Comma-separated batch sizes.")
+@click.option("--prompts", required=True, metavar="P1,P2", help="Comma-separated prompt lengths (tokens).")
+@click.option("--tp", default="1", show_default=True, metavar="T1,T2", help="Comma-separated TP degrees.")
+@click.option("--output-tokens", default=128,
+              show_default=True, type=int, help="Tokens generated per request.")
+@click.option("--warmup", default=20, show_default=True, type=int, help="Batches discarded per point.")
+@click.option("--runs", default=100, show_default=True, type=int, help="Batches measured per point.")
+@click.option("--name", "set_name", metavar="SET", help="Profile set name (default: <backend>-<device>).")
+@click.option("--out", required=True, type=click.Path(file_okay=False, path_type=Path), metavar="DIR",
+              help="Profile store directory the set is written into (atomically), with the resume file.")
+@click.option("--endpoint", metavar="URL", help="Server address for --backend openai or jetstream.")
+@click.option("--engine-option", "engine_options", multiple=True, metavar="KEY=JSON",
+              help="Extra engine constructor argument, value as JSON or a bare string "
+                   "(e.g. model_map='{\"llama-3.1-8b\": \"meta-llama/Llama-3.1-8B\"}'); repeatable.")
+@click.option("--restart", is_flag=True, help="Discard the finished points of an earlier run of this set.")
+@click.option("--description", help="Manifest description (default: the grid in words).")
+@click.option("--progress/--no-progress", default=True, show_default=True, help="Progress bar (stderr).")
+@click.option("--calibration", type=click.Path(dir_okay=False, path_type=Path), metavar="FILE",
+              help="For --backend analytic: factors fitted by `fleetplan calibrate --out FILE`.")
+def profile_command(
+    backend: str,
+    device: str,
+    models: str,
+    batches: str,
+    prompts: str,
+    tp: str,
+    output_tokens: int,
+    warmup: int,
+    runs: int,
+    set_name: str | None,
+    out: Path,
+    endpoint: str | None,
+    restart: bool,
+    description: str | None,
+    progress: bool,
+    calibration: Path | None,
+    engine_options: tuple[str, ...],
+) -> None:
+    """Measure (or, with --backend analytic, estimate) a latency grid and store it as a profile set.
+
+    Finished points go to OUT/SET.partial.jsonl as they complete; Ctrl-C keeps them and the same command
+    resumes. The set replaces OUT/SET only after the whole grid is done and every table check passed.
+    """
+    from fleetplan.models.codec import convert
+    from fleetplan.models.errors import InputError, PlannerError
+    from fleetplan.models.profile import ProfileGrid
+
+    raw = {
+        "device": device, "models": _int_list(models), "batches": _int_list(batches),
+        "prompts": _int_list(prompts), "tp": _int_list(tp), "output_tokens": output_tokens,
+        "warmup": warmup, "runs": runs,
+    }
+    try:
+        for key in ("batches", "prompts", "tp"):
+            try:
+                raw[key] = [int(v) for v in raw[key]]
+            except ValueError:
+                msg = f"expected comma-separated integers, got {','.join(raw[key])!r}"
+                raise InputError(msg, field=key) from None
+        grid = convert(raw, ProfileGrid)
+        name = set_name or f"{backend}-{device}"
+        options: dict[str, object] = _parse_engine_options(engine_options)
+        if backend == "openai" and not endpoint:
+            raise InputError("--backend openai needs --endpoint URL", field="endpoint")
+        if endpoint:
+            if backend not in ("openai", "jetstream"):
+                msg = f"--endpoint only applies to --backend openai or jetstream, not {backend!r}"
+                raise InputError(msg, field="endpoint")
+            options["endpoint"] = endpoint
+        if backend == "analytic":
+            options["device"] = device
+            if calibration is not None:
+                options["efficiency"] = _read_calibration(calibration).efficiency(device)
+        elif calibration is not None:
+            raise InputError("--calibration only applies to --backend analytic", field="calibration")
+        from fleetplan.profiler.engines import get_engine
+        from fleetplan.profiler.runner import RunInterrupted, run_grid
+
+        engine = get_engine(backend, **options)
+        try:
+            result = run_grid(
+                engine, grid, out, name, restart=restart, show_progress=progress, description=description
+            )
+        except RunInterrupted as interrupted:
+            click.echo(
+                f"interrupted: {interrupted.kept} of {interrupted.total} points kept in "
+                f"{interrupted.partial}; "
+                "rerun the same command to resume (--restart to start over)",
+                err=True,
+            )
+            sys.exit(EXIT_INTERRUPTED)
+        finally:
+            engine.close()
+    except PlannerError as error:
+        _fail(error)
+    for warning in result.warnings:
+        click.echo(f"warning: {warning}", err=True)
+    resumed = f", {result.resumed} resumed from an earlier run" if result.resumed else ""
+    click.echo(
+        f"wrote profile set {result.name!r} ({result.manifest.rows} rows, "
+        f"sha256 {result.manifest.sha256[:12]}"
+        f"{resumed}) to {result.directory}"
+    )
+    spec = f'"profiles": {{"set": "{result.name}"}}'
+    click.echo(f"plan with it: FLEETPLAN_PROFILE_STORE={out} and {spec}")
+
+
+__all__ = ["main"]
+
+
+def _store(store_dir: Path | None) -> "ProfileStore":
+    """The bundled sets plus `store_dir` (default: $FLEETPLAN_PROFILE_STORE)."""
+    from fleetplan.profiler.store import ProfileStore, bundled_root
+
+    return ProfileStore([bundled_root(), store_dir]) if store_dir is not None else ProfileStore()
+
+
+def _parse_engine_options(pairs: tuple[str, ...]) -> dict[str, object]:
+    """KEY=VALUE pairs; VALUE is parsed as JSON when it is JSON, else kept as a string."""
+    import json
+
+    from fleetplan.models.errors import InputError
+
+    options: dict[str, object] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.isidentifier():
+            msg = f"expected KEY=VALUE with a Python identifier as KEY, got {pair!r}"
+            raise InputError(msg, field="engine_option")
+        try:
+            options[key] = json.loads(value)
+        except ValueError:
+            options[key] = value
+    return options
+
+
+def _read_calibration(path: Path) -> "Calibration":
+    from fleetplan.models.codec import decode
+    from fleetplan.models.errors import InputError
+    from fleetplan.profiler.calibrate import Calibration
+
+    try:
+        data = path.read_bytes()
+    except OSError as error:
+        raise InputError(f"cannot read calibration file {path}: {error.strerror}", field="calibration") from error
+    return decode(data, Calibration)
+
+
+@main.command("calibrate")
+@click.argument("set_name", metavar="SET")
+@click.option("--store", "store_dir", type=click.Path(file_okay=False, path_type=Path), metavar="DIR",
+              help="A user profile store holding SET (default: $FLEETPLAN_PROFILE_STORE and the bundled sets).")
+@click.option("--output-tokens", default=128, show_default=True, type=int,
+              help="The output length SET was measured with (sets the decode context).")
+@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), metavar="FILE",
+              help="Write the fitted factors as JSON, for `fleetplan profile --backend analytic --calibration`.")
+def calibrate_command(set_name: str, store_dir: Path | None, output_tokens: int, out: Path | None) -> None:
+    """Fit the analytic estimator to the measured rows of SET; print the fit error per device."""
+    from fleetplan.models.codec import encode
+    from fleetplan.models.errors import PlannerError
+    from fleetplan.profiler.calibrate import fit, report
+
+    store = _store(store_dir)
+    try:
+        calibration = fit(store.load(set_name), output_tokens=output_tokens)
+    except PlannerError as error:
+        _fail(error)
+    click.echo(report(calibration))
+    if out is not None:
+        out.write_bytes(encode(calibration))
+        click.echo(f"wrote the fitted factors to {out}")
+
+
+@main.command("merge")
+@click.argument("sets", nargs=-1, required=True, metavar="SET...")
+@click.option("--name", "set_name", required=True, metavar="SET", help="Name of the merged set.")
+@click.option("--out", required=True, type=click.Path(file_okay=False, path_type=Path), metavar="DIR",
+              help="Store to write the merged set into (the sets are also looked up there).")
+@click.option("--replace", is_flag=True, help="Replace an existing set of that name (after validation).")
+def merge_command(sets: tuple[str, ...], set_name: str, out: Path, replace: bool) -> None:
+    """Merge profile sets from several machines into one (e.g. one per device family).
+
+    Rows are concatenated, never averaged: a (model, device, tp, batch, prompt_tokens) point measured in
+    two sets is an error naming both rows. The merged set is validated, then stored atomically.
+    """
+    import datetime
+
+    from fleetplan.models.errors import PlannerError
+    from fleetplan.models.profile import ProfileSetManifest
+    from fleetplan.profiler.tables import merge_tables
+
+    store = _store(out)
+    try:
+        tables = [store.load(name) for name in sets]
+        manifest = ProfileSetManifest(
+            name=set_name,
+            description=f"merged from {', '.join(sets)}",
+            sha256="",
+            rows=0,
+            generator="fleetplan merge",
+            created=datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+            sources={t.name: f"sha256 {t.sha256}" for t in tables},
+        )
+        saved = store.save(set_name, merge_tables(tables), manifest, replace=replace)
+    except PlannerError as error:
+        _fail(error)
+    click.echo(f"wrote profile set {set_name!r} ({saved.rows} rows, sha256 {saved.sha256[:12]}) to {out / set_name}")
+
+
+@main.command("simulate")
+@click.argument("file", metavar="FILE", callback=_request_path)
+@click.option("--request", "request_file", type=click.Path(dir_okay=False, path_type=Path), metavar="REQUEST",
+              help="When FILE is a Plan (the JSON of `fleetplan plan --json`): the request it was planned for.")
+@click.option("--trace", type=click.Path(dir_okay=False, path_type=Path), metavar="CSV",
+              help="Arrivals from a trace (TIMESTAMP,ContextTokens,GeneratedTokens) instead of Poisson.")
+@click.option("--duration", default=600.0, show_default=True, type=float, metavar="S", help="Simulated seconds.")
+@click.option("--warmup", default=60.0, show_default=True, type=float, metavar="S", help="Unmeasured start.")
+@click.option("--seed", default=0, show_default=True, type=int)
+@click.option("--rate-scale", default=1.0, show_default=True, type=float, help="Multiply every class's rate.")
+@click.option("--json", "as_json", is_flag=True, help="Print the SimulationReport as JSON.")
+@click.option("--plot", type=click.Path(dir_okay=False, path_type=Path), metavar="PNG",
+              help="Also draw TTFT/TBT distributions per class against the SLO lines (needs matplotlib).")
+def simulate_command(
+    file: Path,
+    request_file: Path | None,
+    trace: Path | None,
+    duration: float,
+    warmup: float,
+    seed: int,
+    rate_scale: float,
+    as_json: bool,
+    plot: Path | None,
+) -> None:
+    """Replay a plan through the discrete-event simulator: simulated vs predicted SLO attainment.
+
+    FILE is a PlanRequest (planned first) or a Plan with --request.
+    """
+    import msgspec
+
+    from fleetplan.models.codec import decode, encode, read_request
+    from fleetplan.models.errors import InputError, PlannerError
+    from fleetplan.models.plan import Plan
+    from fleetplan.solver import plan as solve
+    from fleetplan.solver.pipeline import resolve_profiles
+    from fleetplan.solver.simulate import simulate
+
+    try:
+        if request_file is not None:
+            request = read_request(request_file)
+            planned = decode(file.read_bytes(), Plan)
+        else:
+            request = read_request(file)
+            planned = solve(request, with_baselines=False)
+        if planned.status not in ("optimal", "feasible"):
+            raise InputError(f"the plan's status is {planned.status!r}: nothing to simulate", field="status")
+        report = simulate(
+            request, planned, resolve_profiles(request), duration_s=duration, warmup_s=warmup, seed=seed,
+            rate_scale=rate_scale, trace=trace, keep_samples=plot is not None,
+        )
+        if plot is not None:
+            from fleetplan.api.plots import plot_latency_distributions
+
+            plot_latency_distributions(report, plot)
+            report = msgspec.structs.replace(
+                report,
+                classes=[msgspec.structs.replace(c, ttft_ms_samples=None, tbt_ms_samples=None) for c in report.classes],
+            )
+    except PlannerError as error:
+        _fail(error)
+    except OSError as error:
+        _fail(InputError(f"cannot read {error.filename}: {error.strerror}", field="file"))
+    if plot is not None:
+        click.echo(f"wrote {plot}", err=True)
+    if as_json:
+        click.echo(msgspec.json.format(encode(report), indent=2).decode())
+        return
+    click.echo(
+        f"simulated {report.duration_s:g} s ({report.arrivals_source} arrivals, seed {report.seed}, "
+        f"rate x{report.rate_scale:g}): goodput {report.goodput_rps:.2f} RPS vs {report.predicted_goodput_rps:.2f} "
+        f"predicted, attainment {report.attainment:.1%}, {report.events:,} events in {report.wall_ms:,.0f} ms"
+    )
+    header = f"{'class':<16} {'offered':>8} {'goodput':>8} {'predicted':>9} {'attain':>7} {'TTFT p90':>9} " \
+             f"{'SLO':>6} {'TBT p90':>8} {'SLO':>6} {'queue ms':>9}"
+    click.echo(header)
+    for c in report.classes:
+        click.echo(
+            f"{c.name:<16} {c.offered_rps:>8.2f} {c.goodput_rps:>8.2f} {c.predicted_rps:>9.2f} {c.attainment:>7.1%} "
+            f"{_ms(c.ttft_ms_p90):>9} {c.slo_ttft_ms:>6g} {_ms(c.tbt_ms_p90):>8} {c.slo_tbt_ms:>6g} "
+            f"{_ms(c.mean_queue_wait_ms):>9}"
+        )
+    click.echo(f"{'pool':<44} {'util predicted':>14} {'util simulated':>14}")
+    for p in report.pools:
+        label = f"{p.role} {p.workload or p.model} {p.device}/tp{p.tp}/b{p.batch} x{p.instances}"
+        click.echo(f"{label:<44} {p.utilization_predicted:>14.1%} {p.utilization_simulated:>14.1%}")
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f}"

@@ -1,0 +1,65 @@
+"""Domain types shared by the solver, the profiler, the API, the CLI and the files (msgspec Structs only)."""
+
+from fleetplan.models.errors import (
+    InputError,
+    PlannerError,
+    PlanVerificationError,
+    ProfileMissing,
+    SolverFailure,
+)
+from fleetplan.models.fleet import Device, Link
+from fleetplan.models.plan import (
+    Baselines,
+    DeviceUse,
+    GpuOnlyBaseline,
+    GreedyBaseline,
+    LinkUse,
+    Objective,
+    Options,
+    Plan,
+    PlanRequest,
+    Pool,
+    PoolRef,
+    ProfileSetInfo,
+    Role,
+    Route,
+    SolverInfo,
+    Status,
+    WorkloadResult,
+)
+from fleetplan.models.profile import PERCENTILES, ProfileRow, ProfileSetManifest, ProfilesSpec
+from fleetplan.models.workload import ModelSpec, Slo, Workload
+
+__all__ = [
+    "PERCENTILES",
+    "Baselines",
+    "Device",
+    "DeviceUse",
+    "GpuOnlyBaseline",
+    "GreedyBaseline",
+    "InputError",
+    "Link",
+    "LinkUse",
+    "ModelSpec",
+    "Objective",
+    "Options",
+    "Plan",
+    "PlanRequest",
+    "PlanVerificationError",
+    "PlannerError",
+    "Pool",
+    "PoolRef",
+    "ProfileMissing",
+    "ProfileRow",
+    "ProfileSetInfo",
+    "ProfileSetManifest",
+    "ProfilesSpec",
+    "Role",
+    "Route",
+    "Slo",
+    "SolverFailure",
+    "SolverInfo",
+    "Status",
+    "Workload",
+    "WorkloadResult",
+]

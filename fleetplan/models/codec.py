@@ -1,0 +1,114 @@
+"""Decode and encode the domain types: the one door every edge (HTTP, CLI files, fixtures) goes through."""
+
+import json
+import math
+import re
+from pathlib import Path
+from typing import Any, TypeVar
+
+import msgspec
+
+from fleetplan.models.errors import InputError
+from fleetplan.models.plan import Plan, PlanRequest
+
+T = TypeVar("T")
+
+_request_decoder = msgspec.json.Decoder(PlanRequest)
+_encoder = msgspec.json.Encoder()
+
+
+_RELATIVE_FIELD = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*(?:\[\d+\])?(?:\.[A-Za-z_][A-Za-z0-9_]*(?:\[\d+\])?)*): ")
+
+
+def _input_error(error: msgspec.ValidationError) -> InputError:
+    """InputError from msgspec's "reason - at `$.a.b[0]`", joined with a cross-field rule's own
+    "field: reason" prefix (rules in __post_init__ name fields relative to their Struct)."""
+    text = str(error)
+    reason, _, path = text.partition(" - at `$")
+    path = path.rstrip("`").lstrip(".")
+    relative = _RELATIVE_FIELD.match(reason)
+    if relative:
+        reason = reason[relative.end() :]
+        path = f"{path}.{relative.group(1)}" if path else relative.group(1)
+    return InputError(reason, field=path or None)
+
+
+def decode(data: bytes | str, type_: type[T]) -> T:
+    """JSON -> `type_`, or InputError naming the field and the reason."""
+    try:
+        return msgspec.json.decode(data, type=type_)
+    except msgspec.ValidationError as error:
+        raise _input_error(error) from error
+    except msgspec.DecodeError as error:
+        raise InputError(f"malformed JSON: {error}") from error
+
+
+def locate_non_finite(data: bytes | str) -> str | None:
+    """The path of the first NaN/Infinity in `data` ("profiles.rows[0].ttft_ms_p90"), if any.
+
+    Python's json.dumps writes NaN and Infinity, which are not JSON: msgspec reports them as malformed
+    JSON at a byte offset. Python's own parser accepts them, so it can say which field holds one.
+    """
+
+    def walk(node: object, path: str) -> str | None:
+        if isinstance(node, float) and not math.isfinite(node):
+            return path or "$"
+        children: list[tuple[str, object]] = []
+        if isinstance(node, dict):
+            children = [(f"{path}.{k}" if path else str(k), v) for k, v in node.items()]
+        elif isinstance(node, list):
+            children = [(f"{path}[{i}]", v) for i, v in enumerate(node)]
+        for child_path, child in children:
+            found = walk(child, child_path)
+            if found is not None:
+                return found
+        return None
+
+    try:
+        return walk(json.loads(data), "")
+    except (ValueError, RecursionError):
+        return None
+
+
+def decode_request(data: bytes | str) -> PlanRequest:
+    """A PlanRequest from JSON, validated (types, bounds and cross-field rules)."""
+    try:
+        return _request_decoder.decode(data)
+    except msgspec.ValidationError as error:
+        raise _input_error(error) from error
+    except msgspec.DecodeError as error:
+        path = locate_non_finite(data)
+        if path is not None:
+            msg = "NaN and Infinity are not JSON numbers; give a finite number"
+            raise InputError(msg, field=path) from error
+        raise InputError(f"malformed JSON: {error}") from error
+
+
+def read_request(path: str | Path) -> PlanRequest:
+    """A PlanRequest from a JSON file; the error names the file."""
+    try:
+        data = Path(path).read_bytes()
+    except OSError as error:
+        raise InputError(f"cannot read request file {path}: {error.strerror}") from error
+    return decode_request(data)
+
+
+def convert(obj: Any, type_: type[T]) -> T:
+    """Builtins (dicts from a CSV or a test) -> `type_`, with the same errors as decode()."""
+    try:
+        return msgspec.convert(obj, type=type_)
+    except msgspec.ValidationError as error:
+        raise _input_error(error) from error
+
+
+def encode(obj: Any) -> bytes:
+    """Any domain value -> JSON bytes."""
+    return _encoder.encode(obj)
+
+
+def to_builtins(obj: Any) -> Any:
+    return msgspec.to_builtins(obj)
+
+
+def encode_plan(plan: Plan) -> bytes:
+    return _encoder.encode(plan)

@@ -1,0 +1,253 @@
+"""The request a planner takes and the plan it gives back (docs/api-contract.md)."""
+
+from typing import Literal
+
+from fleetplan.models.base import (
+    Base,
+    CostPerHour,
+    Count,
+    Fraction,
+    Gbps,
+    Name,
+    NonNegFloat,
+    PositiveInt,
+    Rps,
+    duplicates,
+)
+from fleetplan.models.fleet import Device, Link, check_links
+from fleetplan.models.profile import ProfilesSpec
+from fleetplan.models.simulation import SimulationReport
+from fleetplan.models.workload import CATALOG, ModelSpec, Workload
+
+Objective = Literal["max_goodput", "min_cost", "max_min_fraction"]
+Pooling = Literal["model", "class"]
+SolverName = Literal["highs", "pyomo", "ortools"]
+Role = Literal["prefill", "decode", "colocated"]
+Status = Literal["optimal", "feasible", "infeasible", "no_candidates"]
+
+
+class Options(Base):
+    """Every knob has a default, so `{}` is a valid Options."""
+
+    objective: Objective = "max_goodput"
+    # 0.5 from evidence: the highest value whose simulated SLO attainment stays >= 99% on every fixture
+    # (bench/headroom_sweep.py, docs/simulation.md); it derates instances, NICs and link budgets alike.
+    max_utilization: Fraction = 0.5
+    pooling: Pooling = "model"
+    batch_sizes: list[PositiveInt] | None = None
+    tp_degrees: list[PositiveInt] | None = None
+    allow_colocated: bool = True
+    allow_disaggregated: bool = True
+    budget_per_hour: CostPerHour | None = None
+    baseline_device: Name | None = None
+    time_limit_s: float = 10.0
+    mip_rel_gap: float = 1e-4
+    solver: SolverName = "highs"
+
+    def __post_init__(self) -> None:
+        if not 0 < self.time_limit_s <= 600:
+            msg = f"time_limit_s: must be in (0, 600] seconds, got {self.time_limit_s}"
+            raise ValueError(msg)
+        if not 0 <= self.mip_rel_gap < 1:
+            msg = f"mip_rel_gap: must be in [0, 1), got {self.mip_rel_gap}"
+            raise ValueError(msg)
+        if not (self.allow_colocated or self.allow_disaggregated):
+            msg = "allow_disaggregated: false together with allow_colocated false; nothing could be served"
+            raise ValueError(msg)
+        for field in ("batch_sizes", "tp_degrees"):
+            values = getattr(self, field)
+            if values is not None and not values:
+                msg = f"{field}: empty list; use null for 'all profiled'"
+                raise ValueError(msg)
+
+
+class PlanRequest(Base):
+    """A fleet inventory, workload classes with SLOs, a profile set and options."""
+
+    devices: list[Device]
+    workloads: list[Workload]
+    links: list[Link] = []
+    kv_budget_gbps: Gbps | None = None
+    models: list[ModelSpec] | None = None
+    profiles: ProfilesSpec = ProfilesSpec(set="paper")
+    options: Options = Options()
+    # "simulate": replay the plan through the discrete-event simulator and attach the metrics
+    verify: Literal["simulate"] | None = None
+
+    def __post_init__(self) -> None:
+        if not self.devices:
+            raise ValueError("devices: empty; give at least one device type")
+        if not self.workloads:
+            raise ValueError("workloads: empty; give at least one workload class")
+        for field, names in (
+            ("devices", [d.name for d in self.devices]),
+            ("workloads", [w.name for w in self.workloads]),
+            ("models", [m.name for m in self.models or []]),
+        ):
+            repeated = duplicates(names)
+            if repeated:
+                msg = f"{field}: duplicate name(s) {repeated}"
+                raise ValueError(msg)
+        check_links(self.devices, self.links)
+        known_models = self.model_specs()
+        for index, workload in enumerate(self.workloads):
+            if workload.model not in known_models:
+                msg = (
+                    f"workloads[{index}].model: unknown model {workload.model!r}; add it to 'models' "
+                    f"(known: {sorted(known_models)})"
+                )
+                raise ValueError(msg)
+        baseline = self.options.baseline_device
+        if baseline is not None and baseline not in {d.name for d in self.devices}:
+            msg = f"options.baseline_device: unknown device {baseline!r}"
+            raise ValueError(msg)
+
+    def model_specs(self) -> dict[str, ModelSpec]:
+        """The catalog overlaid with the request's own models (a request's spec wins)."""
+        return {**CATALOG, **{m.name: m for m in self.models or []}}
+
+
+class PoolRef(Base):
+    """One side of a route: the device type, tensor-parallel degree and batch of its pool."""
+
+    device: Name
+    tp: PositiveInt
+    batch: PositiveInt
+
+
+class Route(Base):
+    """RPS of one class through one prefill->decode pool pair, or through one colocated pool.
+
+    `ttft_ms` = `prefill_ms` + `kv_transfer_ms`, at the class's SLO percentile; `kv_gbps` is the KV traffic.
+    """
+
+    prefill: PoolRef | None
+    decode: PoolRef | None
+    colocated: PoolRef | None
+    rps: Rps
+    ttft_ms: NonNegFloat
+    tbt_ms: NonNegFloat
+    kv_gbps: Gbps
+    prefill_ms: NonNegFloat
+    kv_transfer_ms: NonNegFloat
+
+
+class WorkloadResult(Base):
+    """What a class gets; `reason` says in words why anything is unserved."""
+
+    name: Name
+    served_rps: Rps
+    unserved_rps: Rps
+    reason: str | None
+    routes: list[Route]
+
+
+class Pool(Base):
+    """A group of identical instances; `workload` names the owning class under `pooling = "class"`."""
+
+    model: Name
+    role: Role
+    device: Name
+    tp: PositiveInt
+    batch: PositiveInt
+    instances: Count
+    utilization: NonNegFloat
+    workload: Name | None = None
+
+
+class DeviceUse(Base):
+    name: Name
+    used: Count
+    available: Count
+
+
+class LinkUse(Base):
+    """KV traffic between two device types; `budget_gbps` is null where no link budget was given."""
+
+    source: Name
+    target: Name
+    gbps: Gbps
+    budget_gbps: Gbps | None
+
+
+class GpuOnlyBaseline(Base):
+    device: Name | None
+    slo_rps: Rps
+    reason: str | None = None
+
+
+class GreedyBaseline(Base):
+    slo_rps: Rps
+
+
+class Baselines(Base):
+    gpu_only: GpuOnlyBaseline
+    greedy: GreedyBaseline
+
+
+class SolverInfo(Base):
+    """How the answer was found: sizes, times, bounds. `lp_bound` is the root LP relaxation's objective."""
+
+    backend: str
+    build_ms: NonNegFloat
+    solve_ms: NonNegFloat
+    variables: Count = 0
+    integers: Count = 0
+    rows: Count = 0
+    nonzeros: Count = 0
+    lp_bound: float | None = None
+    termination: str = ""
+    tie_break: str | None = None
+
+
+class ProfileSetInfo(Base):
+    name: str
+    sha256: str
+
+
+class Plan(Base):
+    """The answer: per-class routes, pools, device and link use, baselines and how it was solved.
+
+    `slo_rps` is the SLO-compliant RPS (goodput). `bound_rps` is the solver's proven upper bound on the
+    weighted goodput objective and `mip_gap` the relative distance to it.
+    """
+
+    status: Status
+    objective: Objective
+    slo_rps: Rps
+    demand_rps: Rps
+    bound_rps: float | None
+    mip_gap: float | None
+    cost_per_hour: CostPerHour
+    workloads: list[WorkloadResult]
+    pools: list[Pool]
+    devices: list[DeviceUse]
+    links: list[LinkUse]
+    baselines: Baselines | None
+    solver: SolverInfo
+    profile_set: ProfileSetInfo
+    warnings: list[str] = []
+    simulation: SimulationReport | None = None
+
+
+__all__ = [
+    "Baselines",
+    "DeviceUse",
+    "GpuOnlyBaseline",
+    "GreedyBaseline",
+    "LinkUse",
+    "Objective",
+    "Options",
+    "Plan",
+    "PlanRequest",
+    "Pool",
+    "PoolRef",
+    "Pooling",
+    "ProfileSetInfo",
+    "Role",
+    "Route",
+    "SolverInfo",
+    "SolverName",
+    "Status",
+    "WorkloadResult",
+]

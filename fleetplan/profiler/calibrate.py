@@ -1,0 +1,346 @@
+"""Calibration of the analytic estimator: fit its efficiency factors to measured rows, per device.
+
+For every device in a measured table, `fit` finds the factors x = (e_c, e_m, o_pre, o_dec) minimising
+
+    sum over rows r, metrics m in {TTFT, TBT}:  log(estimated_m(r; x) / measured_m(r))^2
+
+with the estimator's own equations (`prefill_ms` and `decode_ms` of fleetplan/profiler/analytic.py, evaluated on all
+of the device's rows at once) and bounds e_c, e_m in [0.01, 1], o_pre, o_dec >= 0
+(scipy.optimize.least_squares, trust-region reflective, from a few starting points so that the
+max(compute, memory) kinks cannot trap it). Only p50 latencies enter that fit. The all-reduce factors
+(e_i, alpha) stay at the base calibration. The spread is the least-squares fit of
+log(p_q / p50) = log(1 + j_q) over every TTFT and TBT pair that gives both,
+j_q = exp(mean log(p_q / p50)) - 1, or the base value where no row does.
+
+Each device's fit reports its error over the rows used: RMS and max of |estimated / measured - 1|, for TTFT
+and TBT separately, and the parameters the rows do not constrain (those are reset to the base value).
+
+Siblings: `Calibration.efficiency(device)` gives an `Efficiency` for `estimate_rows`. A measured device gets
+its own factors; an unmeasured one gets those of the measured device of its `kind` whose spec sheet is
+nearest (|log F/F'| + |log B/B'| over peak TFLOPS and memory bandwidth). Profile an A100, estimate an H100:
+the spec sheet carries the hardware difference, the factors carry the software stack's efficiency.
+"""
+
+import math
+from typing import Any
+
+import msgspec
+import numpy as np
+import pandas as pd
+from scipy.optimize import least_squares
+
+from fleetplan.models.base import Base
+from fleetplan.models.errors import InputError
+from fleetplan.models.hardware import HARDWARE, HardwareSpec
+from fleetplan.models.workload import CATALOG, ModelSpec
+from fleetplan.profiler import tables
+from fleetplan.profiler.analytic import Efficiency, KindFactors, _Shape, _shape, decode_ms, prefill_ms
+
+# The fitted parameters, their bounds, and the scale below which a Jacobian column means "not constrained".
+PARAMETERS = ("compute_eff", "mem_eff", "prefill_overhead_ms", "decode_overhead_ms")
+_LOWER = np.array([0.01, 0.01, 0.0, 0.0])
+_UPPER = np.array([1.0, 1.0, np.inf, np.inf])
+_TYPICAL = np.array([0.1, 0.1, 0.1, 0.1])  # a change of this size in the parameter should move some residual
+_STARTS = ((0.1, 0.3), (0.5, 0.3), (0.9, 0.8), (0.3, 0.9))  # (e_c, e_m) besides the base factors
+
+
+class DeviceFit(Base):
+    """One device's fitted factors and how well they reproduce its rows (errors as fractions, not %).
+
+    ttft_rms, ttft_max: RMS and max of |estimated / measured - 1| over the rows with a p50 TTFT (ttft_rows);
+    likewise tbt_*. `unconstrained` names the parameters the rows do not determine (reset to the base value).
+    `jitter_measured` says whether j90 / j99 came from the rows' percentiles (False: the base values).
+    """
+
+    device: str
+    spec: HardwareSpec
+    factors: KindFactors
+    models: list[str]
+    rows: int
+    ttft_rows: int
+    tbt_rows: int
+    ttft_rms: float
+    ttft_max: float
+    tbt_rms: float
+    tbt_max: float
+    cost: float
+    unconstrained: list[str] = []
+    jitter_measured: bool = False
+
+
+class Calibration(Base):
+    """Fitted factors per measured device, on top of `base` (whose other kinds and reserve are kept)."""
+
+    base: Efficiency
+    devices: dict[str, DeviceFit]
+    output_tokens: int = 128
+
+    def source_for(self, device: str, hardware: dict[str, HardwareSpec] | None = None) -> DeviceFit:
+        """The measured device whose factors `device` uses: itself, or its nearest measured sibling."""
+        if device in self.devices:
+            return self.devices[device]
+        specs = HARDWARE if hardware is None else hardware
+        if device not in specs:
+            msg = f"unknown device {device!r}; known: {sorted(specs)}"
+            raise InputError(msg, field="device")
+        hw = specs[device]
+        siblings = [fit for fit in self.devices.values() if fit.spec.kind == hw.kind]
+        if not siblings:
+            measured = {name: fit.spec.kind for name, fit in sorted(self.devices.items())}
+            msg = f"no measured device of kind {hw.kind!r} to calibrate {device!r} from; measured: {measured}"
+            raise InputError(msg, field="device")
+
+        def distance(fit: DeviceFit) -> tuple[float, str]:
+            compute = abs(math.log(hw.bf16_tflops / fit.spec.bf16_tflops))
+            memory = abs(math.log(hw.memory_bw_gbs / fit.spec.memory_bw_gbs))
+            return compute + memory, fit.device
+
+        return min(siblings, key=distance)
+
+    def efficiency(
+        self, device: str | None = None, hardware: dict[str, HardwareSpec] | None = None
+    ) -> Efficiency:
+        """An `Efficiency` for `estimate_rows`.
+
+        With `device`: its kind gets the factors of `source_for(device)` (the device itself if measured, else
+        the nearest measured sibling of its kind); tag "calibrated-<that device>". Without: every measured
+        kind gets the factors of its measured device, or of the one with the most rows where several were
+        measured (ties by name); tag "calibrated". Kinds nobody measured keep the base factors.
+        """
+        kinds = dict(self.base.kinds)
+        if device is not None:
+            fit = self.source_for(device, hardware)
+            kinds[fit.spec.kind] = fit.factors
+            tag = f"calibrated-{fit.device}"
+        else:
+            chosen: dict[str, DeviceFit] = {}
+            for fit in sorted(self.devices.values(), key=lambda f: (-f.rows, f.device)):
+                chosen.setdefault(fit.spec.kind, fit)
+            kinds.update({kind: fit.factors for kind, fit in chosen.items()})
+            tag = "calibrated"
+        return msgspec.structs.replace(self.base, kinds=kinds, tag=tag)
+
+
+def _frame(table_or_frame: Any) -> pd.DataFrame:
+    """A normalised frame (tables.normalize checks keys and latencies) from a ProfileTable or a DataFrame."""
+    if isinstance(table_or_frame, tables.ProfileTable):
+        return table_or_frame.frame
+    if isinstance(table_or_frame, pd.DataFrame):
+        return tables.normalize(table_or_frame)
+    msg = f"expected a ProfileTable or a pandas DataFrame, got {type(table_or_frame).__name__}"
+    raise InputError(msg, field="profiles")
+
+
+def _stacked_shape(models: list[ModelSpec]) -> _Shape:
+    """One `_Shape` whose fields are per-row arrays: the estimator's functions are elementwise, so they
+    evaluate rows of different models in one call."""
+    shapes = [_shape(model) for model in models]
+    return _Shape(*(np.array([getattr(s, f) for s in shapes], dtype=float) for f in _Shape._fields))
+
+
+def _resolve(
+    frame: pd.DataFrame, hardware: dict[str, HardwareSpec], models: dict[str, ModelSpec]
+) -> dict[str, ModelSpec]:
+    """Every device and model of the table is known and the estimator can model it; else InputError."""
+    unknown_devices = sorted(set(frame.device) - set(hardware))
+    if unknown_devices:
+        known = sorted(hardware)
+        msg = f"unknown device(s) {unknown_devices}: no spec sheet to calibrate against; known: {known}"
+        raise InputError(msg, field="profiles.device")
+    unknown_models = sorted(set(frame.model) - set(models))
+    if unknown_models:
+        msg = f"unknown model(s) {unknown_models}; known: {sorted(models)}"
+        raise InputError(msg, field="profiles.model")
+    for name in sorted(set(frame.model)):
+        try:
+            _shape(models[name])
+        except ValueError as error:
+            raise InputError(str(error), field="profiles.model") from error
+    return models
+
+
+def _jitter(rows: pd.DataFrame, q: int, default: float) -> tuple[float, bool]:
+    """exp(mean log(p_q / p50)) - 1 over every TTFT and TBT pair the rows give, or `default` if none."""
+    logs = []
+    for metric in ("ttft", "tbt"):
+        ratio = rows[f"{metric}_ms_p{q}"].to_numpy(float) / rows[f"{metric}_ms_p50"].to_numpy(float)
+        logs.append(np.log(ratio[np.isfinite(ratio)]))
+    pooled = np.concatenate(logs)
+    if pooled.size == 0:
+        return default, False
+    return float(np.expm1(pooled.mean())), True
+
+
+def _fit_device(
+    device: str,
+    rows: pd.DataFrame,
+    hw: HardwareSpec,
+    models: dict[str, ModelSpec],
+    start: KindFactors,
+    output_tokens: int,
+    fit_jitter: bool,
+) -> DeviceFit:
+    """Least squares on log(estimated / measured) of the device's p50 TTFT and TBT."""
+    shape = _stacked_shape([models[m] for m in rows.model])
+    tp, batch, prompt = (rows[c].to_numpy(float) for c in ("tp", "batch", "prompt_tokens"))
+    context = prompt + output_tokens / 2
+    ttft_meas, tbt_meas = rows.ttft_ms_p50.to_numpy(float), rows.tbt_ms_p50.to_numpy(float)
+    has_ttft, has_tbt = np.isfinite(ttft_meas), np.isfinite(tbt_meas)
+    if not (has_ttft.any() or has_tbt.any()):
+        msg = f"device {device!r}: no row gives ttft_ms_p50 or tbt_ms_p50, nothing to calibrate against"
+        raise InputError(msg, field="profiles")
+
+    def factors(x: np.ndarray) -> KindFactors:
+        return msgspec.structs.replace(
+            start, **{name: float(v) for name, v in zip(PARAMETERS, x, strict=True)}
+        )
+
+    # The shape's fields are per-row arrays: subset them with the rows each metric uses.
+    ttft_shape = _Shape(*(field[has_ttft] for field in shape))
+    tbt_shape = _Shape(*(field[has_tbt] for field in shape))
+
+    def predict(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        f = factors(x)
+        ttft = prefill_ms(ttft_shape, hw, f, tp[has_ttft], batch[has_ttft], prompt[has_ttft])
+        tbt = decode_ms(tbt_shape, hw, f, tp[has_tbt], batch[has_tbt], context[has_tbt])
+        return ttft, tbt
+
+    log_ttft, log_tbt = np.log(ttft_meas[has_ttft]), np.log(tbt_meas[has_tbt])
+
+    def residuals(x: np.ndarray) -> np.ndarray:
+        ttft, tbt = predict(x)
+        return np.concatenate([np.log(ttft) - log_ttft, np.log(tbt) - log_tbt])
+
+    base_x = np.array([getattr(start, name) for name in PARAMETERS], dtype=float)
+    candidates = [base_x] + [np.array([ec, em, base_x[2], base_x[3]]) for ec, em in _STARTS]
+    best = None
+    for candidate in candidates:
+        x0 = np.clip(candidate, _LOWER + 1e-3, np.minimum(_UPPER, 1e6) - 1e-3)  # strictly inside the bounds
+        result = least_squares(
+            residuals,
+            x0,
+            bounds=(_LOWER, _UPPER),
+            method="trf",
+            x_scale=_TYPICAL,
+            xtol=1e-12,
+            ftol=1e-12,
+            gtol=1e-12,
+            max_nfev=2000,
+        )
+        if best is None or result.cost < best.cost - 1e-15:
+            best = result
+    assert best is not None
+    sensitivity = np.linalg.norm(best.jac, axis=0) * _TYPICAL
+    unconstrained = [name for name, s in zip(PARAMETERS, sensitivity, strict=True) if s < 1e-6]
+    x = best.x.copy()
+    for i, name in enumerate(PARAMETERS):
+        # Any value in a flat direction fits as well: take the base one, unless that leaves the flat region.
+        if name in unconstrained:
+            trial = x.copy()
+            trial[i] = base_x[i]
+            if 0.5 * np.sum(residuals(trial) ** 2) <= best.cost * (1 + 1e-9) + 1e-15:
+                x = trial
+
+    fitted = factors(x)
+    jitter_measured = False
+    if fit_jitter:
+        j90, seen90 = _jitter(rows, 90, start.j90)
+        j99, seen99 = _jitter(rows, 99, start.j99)
+        fitted = msgspec.structs.replace(fitted, j90=j90, j99=j99)
+        jitter_measured = seen90 or seen99
+
+    ttft, tbt = predict(x)
+    ttft_err = np.abs(ttft / ttft_meas[has_ttft] - 1)
+    tbt_err = np.abs(tbt / tbt_meas[has_tbt] - 1)
+
+    def rms(err: np.ndarray) -> float:
+        return float(np.sqrt(np.mean(err**2))) if err.size else math.nan
+
+    def peak(err: np.ndarray) -> float:
+        return float(err.max()) if err.size else math.nan
+
+    return DeviceFit(
+        device=device,
+        spec=hw,
+        factors=fitted,
+        models=sorted(set(rows.model)),
+        rows=len(rows),
+        ttft_rows=int(has_ttft.sum()),
+        tbt_rows=int(has_tbt.sum()),
+        ttft_rms=rms(ttft_err),
+        ttft_max=peak(ttft_err),
+        tbt_rms=rms(tbt_err),
+        tbt_max=peak(tbt_err),
+        cost=float(best.cost),
+        unconstrained=unconstrained,
+        jitter_measured=jitter_measured,
+    )
+
+
+def fit(
+    table_or_frame: tables.ProfileTable | pd.DataFrame,
+    hardware: dict[str, HardwareSpec] | None = None,
+    models: dict[str, ModelSpec] | None = None,
+    base: Efficiency | None = None,
+    *,
+    output_tokens: int = 128,
+    fit_jitter: bool = True,
+) -> Calibration:
+    """Fit e_c, e_m, o_pre, o_dec (and j90, j99 from the percentiles) per device of the measured rows.
+
+    `output_tokens` must be the output length the rows were measured with: a decode step reads a mean
+    context of prompt + output / 2 tokens, as in `estimate_rows`. Every device must be in `hardware`
+    (default HARDWARE) and every model in `models` (default CATALOG) with its architecture, else InputError.
+    Each device's fit starts from `base` (default `Efficiency()`) factors of its kind.
+    """
+    frame = _frame(table_or_frame)
+    if frame.empty:
+        raise InputError("no rows to calibrate against", field="profiles")
+    specs = HARDWARE if hardware is None else hardware
+    catalog = _resolve(frame, specs, CATALOG if models is None else models)
+    eff = base or Efficiency()
+    fits = {}
+    for device, rows in frame.groupby("device", sort=True):
+        hw = specs[str(device)]
+        try:
+            start = eff.factors(hw)
+        except ValueError as error:
+            raise InputError(str(error), field="profiles.device") from error
+        fits[str(device)] = _fit_device(
+            str(device), rows.reset_index(drop=True), hw, catalog, start, output_tokens, fit_jitter
+        )
+    return Calibration(base=eff, devices=fits, output_tokens=output_tokens)
+
+
+def _pct(value: float) -> str:
+    return "-" if math.isnan(value) else f"{100 * value:.2f}"
+
+
+def report(calibration: Calibration) -> str:
+    """A Markdown table, one line per device: rows, TTFT and TBT error (RMS / max, %), fitted factors."""
+    header = (
+        "| Device | Kind | Rows | TTFT rms % | TTFT max % | TBT rms % | TBT max % "
+        "| e_c | e_m | o_pre ms | o_dec ms | j90 | j99 |"
+    )
+    lines = [header, "|" + "---|" * 13]
+    notes = []
+    for name, fit in sorted(calibration.devices.items()):
+        f = fit.factors
+        jitter = "" if fit.jitter_measured else "*"
+        lines.append(
+            f"| {name} | {fit.spec.kind} | {fit.rows} | {_pct(fit.ttft_rms)} | {_pct(fit.ttft_max)} "
+            f"| {_pct(fit.tbt_rms)} | {_pct(fit.tbt_max)} | {f.compute_eff:.3f} | {f.mem_eff:.3f} "
+            f"| {f.prefill_overhead_ms:.3f} | {f.decode_overhead_ms:.3f} "
+            f"| {f.j90:.3f}{jitter} | {f.j99:.3f}{jitter} |"
+        )
+        if fit.unconstrained:
+            notes.append(
+                f"{name}: the rows do not constrain {', '.join(fit.unconstrained)} (left at the base value)"
+            )
+    if any(not fit.jitter_measured for fit in calibration.devices.values()):
+        notes.append("* no p90/p99 measured: base spread kept")
+    notes.append(
+        f"Fitted on p50 by least squares of log(estimated / measured); e_i and alpha from base "
+        f"{calibration.base.tag!r}; decode context = prompt + {calibration.output_tokens} / 2."
+    )
+    return "\n".join(lines + [""] + notes)

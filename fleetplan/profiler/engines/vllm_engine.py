@@ -1,0 +1,109 @@
+"""In-process vLLM engine for NVIDIA GPUs (or any device vLLM supports). UNTESTED on this machine: no GPU.
+
+Run it on a CUDA machine with vLLM installed (`pip install vllm`, see docs/profiling.md):
+
+    fleetplan profile --backend vllm ...        # models mapped to Hugging Face ids with model_map
+
+Timing: requests are added to vLLM's `LLMEngine` and driven with `step()`; after every step each request's
+cumulative `RequestOutput.outputs[0].token_ids` says how many tokens it gained, and the step's end time is
+the arrival time of those tokens (a step that yields k tokens for one request, e.g. with speculative
+decoding or multi-step scheduling, spreads them evenly over the step, as the openai engine does).
+
+The production-faithful alternative, and the one to prefer when in doubt, is to serve the model with
+`vllm serve MODEL` and profile it with `--backend openai --endpoint http://127.0.0.1:8000`: that includes
+the HTTP/detokenisation path real clients see.
+"""
+
+import itertools
+import socket
+import time
+from typing import Any
+
+from vllm import LLM, SamplingParams  # the registry turns this ImportError into EngineUnavailable
+
+from fleetplan.models.errors import InputError
+from fleetplan.profiler.engines.base import RequestTiming
+
+
+class VllmEngine:
+    name = "vllm"
+
+    def __init__(self, model_map: dict[str, str] | None = None, seed: int = 0, **llm_options: Any) -> None:
+        self.model_map = dict(model_map or {})
+        self.seed = seed
+        # e.g. gpu_memory_utilization=0.9, max_model_len=8192, dtype="bfloat16"
+        self.llm_options = llm_options
+        self._llm: Any = None
+        self._loaded: tuple[str, int] | None = None
+        self._ids = itertools.count()
+
+    def describe(self) -> dict[str, str]:
+        import torch
+        import vllm
+
+        device = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no CUDA device"
+        return {
+            "engine": self.name,
+            "vllm": vllm.__version__,
+            "torch": torch.__version__,
+            "device": device,
+            "host": socket.gethostname(),
+            "models": ", ".join(f"{k}={v}" for k, v in sorted(self.model_map.items())),
+        }
+
+    def _engine(self, model: str, tp: int) -> Any:
+        if model not in self.model_map:
+            raise InputError(f"model {model!r}: map it to a Hugging Face id with model_map", field="model")
+        if self._loaded != (model, tp):
+            self.close()  # one model per GPU set at a time
+            self._llm = LLM(
+                model=self.model_map[model], tensor_parallel_size=tp, seed=self.seed, **self.llm_options
+            )
+            self._loaded = (model, tp)
+        return self._llm.llm_engine
+
+    def run_batch(
+        self, model: str, tp: int, batch: int, prompt_tokens: int, output_tokens: int
+    ) -> list[RequestTiming]:
+        import random
+
+        engine = self._engine(model, tp)
+        vocab = engine.get_tokenizer().vocab_size if hasattr(engine, "get_tokenizer") else 32000
+        params = SamplingParams(
+            max_tokens=output_tokens, min_tokens=output_tokens, ignore_eos=True, temperature=0.0
+        )
+        rng = random.Random(self.seed)
+        ids = [f"fleetplan-{next(self._ids)}" for _ in range(batch)]
+        start = time.perf_counter()
+        for request_id in ids:
+            prompt = {
+                "prompt_token_ids": [rng.randrange(10, min(vocab, 30000)) for _ in range(prompt_tokens)]
+            }
+            engine.add_request(request_id, prompt, params)
+        arrivals: dict[str, list[tuple[float, int]]] = {request_id: [] for request_id in ids}
+        seen = dict.fromkeys(ids, 0)
+        while engine.has_unfinished_requests():
+            outputs = engine.step()
+            now = time.perf_counter()
+            for output in outputs:
+                if output.request_id not in seen:
+                    continue
+                total = len(output.outputs[0].token_ids)
+                if total > seen[output.request_id]:
+                    arrivals[output.request_id].append((now, total - seen[output.request_id]))
+                    seen[output.request_id] = total
+        from fleetplan.profiler.engines.openai_engine import _timing  # same k-tokens-per-arrival accounting
+
+        bad = {request_id: n for request_id, n in seen.items() if n != output_tokens}
+        if bad:
+            raise RuntimeError(f"vLLM generated {bad} tokens, expected exactly {output_tokens} each")
+        return [_timing(start, arrivals[request_id]) for request_id in ids]
+
+    def close(self) -> None:
+        if self._llm is not None:
+            del self._llm
+            self._llm = None
+            self._loaded = None
+            import gc
+
+            gc.collect()

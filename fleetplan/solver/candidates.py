@@ -1,0 +1,290 @@
+"""Request + profile table -> the candidate tables the formulation is built from (docs/formulation.md).
+
+Everything here is vectorized with pandas merges and numpy: one row per (class, device, tp, batch) latency
+point, one row per pool, one row per (class, pool) use. SLO-ineligible uses never become rows.
+
+KV-transfer eligibility is aggregated exactly (docs/formulation.md, "Flow aggregation"): whether class w may
+move its KV cache from prefill pool P to a decode pool depends on P and on the decode pool's per-instance
+bandwidth NIC_kd * t_d only, and t_kv falls as that bandwidth grows. So decode pools are grouped into
+bandwidth *tiers*, and each prefill use gets a *level*: the last tier (in order of falling bandwidth) it can
+reach. The reachable sets are nested, which is what lets the solver replace z[w, P, D] by a short chain.
+"""
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from fleetplan.models.errors import ProfileMissing
+from fleetplan.models.plan import PlanRequest
+from fleetplan.models.profile import PERCENTILES
+from fleetplan.profiler.tables import ProfileTable
+
+ROLES = ("prefill", "decode", "colocated")
+ANY_DEVICE = "*"
+_GROUP = ["model", "device", "tp", "batch"]
+
+
+@dataclass(frozen=True)
+class Candidates:
+    """The index sets of one model instance.
+
+    classes: one row per workload class w (index = w).
+    latency: one row per (w, device, tp, batch) with ttft_ms / tbt_ms at the class's percentile (NaN where
+        the prompt is outside the profiled range or the percentile is not profiled).
+    pools: one row per pool (index = pool id): owner, model, role, device, tp, batch.
+    uses: one row per (w, pool) the class may use: rate_rps per instance, latencies, and for decode uses the
+        bandwidth tier; for prefill uses one row per (w, pool, key) with its level.
+    keys: "*" when no link budget needs flows resolved by decode device, else the decode device names.
+    """
+
+    request: PlanRequest
+    classes: pd.DataFrame
+    latency: pd.DataFrame
+    pools: pd.DataFrame
+    uses: pd.DataFrame
+    devices: pd.DataFrame
+    keyed: bool
+
+
+def class_table(request: PlanRequest) -> pd.DataFrame:
+    """Per class: model, owner of its pools, shape, demand, SLO and KV gigabits per request (8 * S_w / 1e9)."""
+    specs = request.model_specs()
+    pooling = request.options.pooling
+    rows = [
+        {
+            "name": w.name,
+            "model": w.model,
+            "owner": w.model if pooling == "model" else w.name,
+            "prompt_tokens": w.prompt_tokens,
+            "output_tokens": w.output_tokens,
+            "rate_rps": w.rate_rps,
+            "weight": w.weight,
+            "percentile": w.slo.percentile,
+            "ttft_slo_ms": w.slo.ttft_ms,
+            "tbt_slo_ms": w.slo.tbt_ms,
+            "kv_gbit": specs[w.model].kv_gbit(w.prompt_tokens),
+        }
+        for w in request.workloads
+    ]
+    return pd.DataFrame(rows)
+
+
+def device_table(request: PlanRequest) -> pd.DataFrame:
+    """Per device type: count, cost, NIC (inf where absent: never a bottleneck)."""
+    return pd.DataFrame(
+        {
+            "device": [d.name for d in request.devices],
+            "count": [d.count for d in request.devices],
+            "cost_per_hour": [d.cost_per_hour for d in request.devices],
+            "nic_gbps": [np.inf if d.network_gbps is None else d.network_gbps for d in request.devices],
+        }
+    )
+
+
+def check_profiles_cover(request: PlanRequest, table: ProfileTable) -> None:
+    """Every class's model has rows in the set, with the percentile its SLO uses."""
+    frame = table.frame
+    for index, workload in enumerate(request.workloads):
+        rows = frame[frame["model"] == workload.model]
+        if rows.empty:
+            msg = (
+                f"no profile rows for model {workload.model!r} in set {table.name!r} "
+                f"(it has {sorted(frame['model'].unique())})"
+            )
+            raise ProfileMissing(msg, field=f"workloads[{index}].model")
+        q = workload.slo.percentile
+        for metric in ("ttft", "tbt"):
+            if rows[f"{metric}_ms_p{q}"].isna().all():
+                msg = f"set {table.name!r} has no {metric}_ms_p{q} for model {workload.model!r}"
+                raise ProfileMissing(msg, field=f"workloads[{index}].slo.percentile")
+
+
+def interpolate_latency(classes: pd.DataFrame, table: ProfileTable) -> pd.DataFrame:
+    """TTFT and TBT of every class on every profiled (device, tp, batch) of its model, at its prompt length.
+
+    Linear in prompt_tokens between the nearest profiled points below and above (merge_asof both ways);
+    NaN outside the profiled range, never extrapolated.
+    """
+    frame = table.frame
+    groups = frame[_GROUP].drop_duplicates()
+    left = (
+        classes.reset_index(names="w")[["w", "model", "prompt_tokens", "percentile"]]
+        .merge(groups, on="model")
+        .sort_values("prompt_tokens", kind="stable")
+    )
+    right = frame.rename(columns={"prompt_tokens": "p_at"}).sort_values("p_at", kind="stable")
+    below = pd.merge_asof(left, right, left_on="prompt_tokens", right_on="p_at", by=_GROUP, direction="backward")
+    above = pd.merge_asof(left, right, left_on="prompt_tokens", right_on="p_at", by=_GROUP, direction="forward")
+    p = left["prompt_tokens"].to_numpy(float)
+    p_lo, p_hi = below["p_at"].to_numpy(float), above["p_at"].to_numpy(float)
+    span = p_hi - p_lo
+    frac = np.divide(p - p_lo, span, out=np.zeros_like(p), where=span > 0)
+    which = np.searchsorted(PERCENTILES, left["percentile"].to_numpy())
+    out = left[["w", "device", "tp", "batch"]].copy()
+    for metric in ("ttft", "tbt"):
+        columns = [f"{metric}_ms_p{q}" for q in PERCENTILES]
+        lo = below[columns].to_numpy(float)[np.arange(len(left)), which]
+        hi = above[columns].to_numpy(float)[np.arange(len(left)), which]
+        out[f"{metric}_ms"] = lo + frac * (hi - lo)
+    out["in_range"] = np.isfinite(p_lo) & np.isfinite(p_hi)
+    return out.sort_values(["w", "device", "tp", "batch"], kind="stable").reset_index(drop=True)
+
+
+def _usable(latency: pd.DataFrame, request: PlanRequest, devices: pd.DataFrame) -> pd.DataFrame:
+    """Latency points on fleet devices where one instance fits in the count, within the option filters."""
+    options = request.options
+    merged = latency.merge(devices, on="device")
+    keep = merged["count"].to_numpy() >= merged["tp"].to_numpy()
+    if options.batch_sizes is not None:
+        keep &= merged["batch"].isin(options.batch_sizes).to_numpy()
+    if options.tp_degrees is not None:
+        keep &= merged["tp"].isin(options.tp_degrees).to_numpy()
+    keep &= np.isfinite(merged["ttft_ms"].to_numpy()) & np.isfinite(merged["tbt_ms"].to_numpy())
+    return merged[keep].reset_index(drop=True)
+
+
+def role_uses(points: pd.DataFrame, classes: pd.DataFrame, request: PlanRequest) -> pd.DataFrame:
+    """SLO-eligible (class, role, device, tp, batch) rows with the per-instance rate of formulation.md.
+
+    rP = b / TTFT, rD = b / (o * TBT), rC = b / (TTFT + (o - 1) * TBT), latencies in seconds.
+    """
+    c = classes.loc[points["w"]].reset_index(drop=True)
+    ttft_s = points["ttft_ms"].to_numpy() / 1e3
+    tbt_s = points["tbt_ms"].to_numpy() / 1e3
+    batch = points["batch"].to_numpy(float)
+    out_tokens = c["output_tokens"].to_numpy(float)
+    ttft_ok = points["ttft_ms"].to_numpy() <= c["ttft_slo_ms"].to_numpy()
+    tbt_ok = points["tbt_ms"].to_numpy() <= c["tbt_slo_ms"].to_numpy()
+    options = request.options
+    parts = []
+    spec = {
+        "colocated": (options.allow_colocated, ttft_ok & tbt_ok, batch / (ttft_s + (out_tokens - 1) * tbt_s)),
+        "prefill": (options.allow_disaggregated, ttft_ok, batch / ttft_s),
+        "decode": (options.allow_disaggregated, tbt_ok, batch / (out_tokens * tbt_s)),
+    }
+    for role, (allowed, eligible, rate) in spec.items():
+        if not allowed:
+            continue
+        part = points.loc[eligible, ["w", "device", "tp", "batch", "ttft_ms", "tbt_ms", "nic_gbps"]].copy()
+        part["role"] = role
+        part["rate_rps"] = rate[eligible]
+        parts.append(part)
+    uses = pd.concat(parts, ignore_index=True) if parts else points.iloc[:0].assign(role="", rate_rps=0.0)
+    uses["owner"] = classes.loc[uses["w"], "owner"].to_numpy()
+    uses["model"] = classes.loc[uses["w"], "model"].to_numpy()
+    uses["kv_gbit"] = classes.loc[uses["w"], "kv_gbit"].to_numpy()  # KV Gbit per request, for NIC/link rows
+    return uses
+
+
+def transfer_ms(kv_gbit: np.ndarray, prefill_bw: np.ndarray, decode_bw: np.ndarray) -> np.ndarray:
+    """t_kv in ms: 8 * S_w / (1e9 * min(NIC_kp * t_p, NIC_kd * t_d)); 0 where either NIC is absent (inf)."""
+    both = np.isfinite(prefill_bw) & np.isfinite(decode_bw)
+    bandwidth = np.where(both, np.minimum(prefill_bw, decode_bw), 1.0)
+    return np.where(both, 1e3 * kv_gbit / bandwidth, 0.0)
+
+
+def flow_tiers(uses: pd.DataFrame, classes: pd.DataFrame, keyed: bool) -> pd.DataFrame:
+    """Give decode uses a tier and expand prefill uses to (key, level); drop prefill uses that reach nothing.
+
+    Per (class, key) the tiers are the distinct per-instance decode bandwidths of that class's decode uses,
+    in falling order (inf first). A prefill use's level is the last tier it reaches within its TTFT SLO.
+    """
+    uses = uses.copy()
+    uses["bw_gbps"] = uses["nic_gbps"] * uses["tp"]
+    uses["key"] = uses["device"] if keyed else ANY_DEVICE
+    decode = uses["role"] == "decode"
+    tiers = (
+        uses.loc[decode, ["w", "key", "bw_gbps"]]
+        .drop_duplicates()
+        .sort_values(["w", "key", "bw_gbps"], ascending=[True, True, False], kind="stable")
+    )
+    tiers["tier"] = tiers.groupby(["w", "key"]).cumcount()
+    uses = uses.merge(tiers, on=["w", "key", "bw_gbps"], how="left")
+    uses["tier"] = uses["tier"].fillna(-1).astype(np.int64)
+    uses.loc[uses["role"] != "decode", "tier"] = -1
+
+    prefill = uses[uses["role"] == "prefill"].drop(columns=["key", "tier"])
+    pairs = prefill.merge(tiers.rename(columns={"bw_gbps": "decode_bw"}), on="w")
+    kv = pairs["kv_gbit"].to_numpy()
+    slo = classes.loc[pairs["w"], "ttft_slo_ms"].to_numpy()
+    t_kv = transfer_ms(kv, pairs["bw_gbps"].to_numpy(), pairs["decode_bw"].to_numpy())
+    reach = pairs[pairs["ttft_ms"].to_numpy() + t_kv <= slo * (1 + 1e-12)]
+    levels = reach.groupby(["w", "device", "tp", "batch", "key"], as_index=False)["tier"].max()
+    prefill = prefill.merge(levels, on=["w", "device", "tp", "batch"]).rename(columns={"tier": "level"})
+    prefill["tier"] = -1
+    others = uses[uses["role"] != "prefill"].assign(level=-1)
+    return pd.concat([others, prefill], ignore_index=True)
+
+
+def attach_pools(uses: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Number the pools (owner, role, device, tp, batch) that at least one use needs."""
+    key = ["owner", "role", "device", "tp", "batch"]
+    pools = uses[[*key, "model"]].drop_duplicates(key).sort_values(key, kind="stable").reset_index(drop=True)
+    pools.index.name = "pool"
+    uses = uses.merge(pools.reset_index()[[*key, "pool"]], on=key)
+    return pools, uses
+
+
+def drop_dominated_pools(pools: pd.DataFrame, uses: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Drop pools another pool of the same (owner, role, device, tp) makes useless, and renumber.
+
+    Pool A dominates pool B when every (class, key) use of B is also a use of A with at least B's
+    per-instance rate and (prefill) at least B's level. Both use the same devices, cost and NIC per
+    instance, so any plan with B instances can run them as A instances instead: dropping B loses no
+    optimum. Of pools that dominate each other, the lowest-numbered stays.
+    """
+    group = ["owner", "role", "device", "tp"]
+    left = uses[[*group, "w", "key", "pool", "rate_rps", "level"]]
+    pairs = left.merge(left, on=[*group, "w", "key"], suffixes=("_a", "_b"))
+    pairs = pairs[pairs["pool_a"] != pairs["pool_b"]]
+    covers = (pairs["rate_rps_a"] >= pairs["rate_rps_b"] * (1 - 1e-12)) & (pairs["level_a"] >= pairs["level_b"])
+    covered = pairs[covers].groupby(["pool_a", "pool_b"]).size().rename("covered").reset_index()
+    n_uses = uses.groupby("pool").size()
+    dominates = covered[covered["covered"].to_numpy() == n_uses.loc[covered["pool_b"]].to_numpy()]
+    pair_set = set(zip(dominates["pool_a"], dominates["pool_b"], strict=True))
+    mutual = np.array([(b, a) in pair_set for a, b in pair_set], dtype=bool)
+    a_idx = np.array([a for a, _ in pair_set], dtype=np.int64)
+    b_idx = np.array([b for _, b in pair_set], dtype=np.int64)
+    drop = b_idx[~mutual | (a_idx < b_idx)] if len(pair_set) else np.zeros(0, np.int64)
+    if not len(drop):
+        return pools, uses
+    return keep_pools(pools, uses, ~pools.index.isin(drop))
+
+
+def keep_pools(pools: pd.DataFrame, uses: pd.DataFrame, keep: np.ndarray) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The pools where `keep` holds, renumbered 0..n-1, and the uses of those pools."""
+    kept = pools[keep].reset_index(drop=True)
+    kept.index.name = "pool"
+    renumber = np.full(len(pools), -1)
+    renumber[np.flatnonzero(keep)] = np.arange(len(kept))
+    uses = uses[keep[uses["pool"].to_numpy()]].copy()
+    uses["pool"] = renumber[uses["pool"].to_numpy()]
+    return kept, uses.reset_index(drop=True)
+
+
+def build_candidates(request: PlanRequest, table: ProfileTable) -> Candidates:
+    """All candidate tables for one request: the only place that reads the profile table."""
+    classes = class_table(request)
+    devices = device_table(request)
+    latency = interpolate_latency(classes, table)
+    points = _usable(latency, request, devices)
+    uses = role_uses(points, classes, request)
+    keyed = bool(request.links) or request.kv_budget_gbps is not None
+    uses = flow_tiers(uses, classes, keyed)
+    # A decode use nobody's prefill can reach, or a prefill use with no decode tier, carries no flow.
+    uses = _drop_unreachable(uses)
+    pools, uses = attach_pools(uses)
+    pools, uses = drop_dominated_pools(pools, uses)
+    uses = uses.sort_values(["pool", "w", "key", "level"], kind="stable").reset_index(drop=True)
+    return Candidates(request, classes, latency, pools, uses, devices, keyed)
+
+
+def _drop_unreachable(uses: pd.DataFrame) -> pd.DataFrame:
+    """Remove decode uses below every prefill level of their (class, key): no KV can ever arrive there."""
+    prefill = uses[uses["role"] == "prefill"]
+    top = prefill.groupby(["w", "key"])["level"].max().rename("max_level").reset_index()
+    decode = uses["role"] == "decode"
+    merged = uses[decode].merge(top, on=["w", "key"], how="left")
+    keep_decode = merged["tier"].to_numpy() <= merged["max_level"].fillna(-1).to_numpy()
+    return pd.concat([uses[~decode], uses[decode][keep_decode]], ignore_index=True)

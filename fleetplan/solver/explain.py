@@ -1,0 +1,84 @@
+"""Why a class is not (fully) served, in words a capacity planner can act on."""
+
+import numpy as np
+import pandas as pd
+
+from fleetplan.models.plan import DeviceUse, LinkUse, PlanRequest
+from fleetplan.solver.candidates import Candidates
+
+
+def _best(frame: pd.DataFrame, column: str) -> str:
+    row = frame.loc[frame[column].idxmin()]
+    return f"{row['device']} (tp {row['tp']}, batch {row['batch']}) at {row[column]:.1f} ms"
+
+
+def no_candidate_reason(cand: Candidates, w: int) -> str:
+    """The first SLO or data gap that leaves class w without any pool."""
+    request = cand.request
+    c = cand.classes.loc[w]
+    q = int(c["percentile"])
+    model = c["model"]
+    counts = {d.name: d.count for d in request.devices}
+    latency = cand.latency[cand.latency["w"] == w]
+    on_fleet = latency[[counts.get(dev, 0) >= tp for dev, tp in zip(latency["device"], latency["tp"], strict=True)]]
+    if on_fleet.empty:
+        return f"no device in the fleet ({', '.join(counts)}) has profile rows for {model} with enough devices for its tp"
+    in_range = on_fleet[on_fleet["in_range"]]
+    if in_range.empty:
+        return f"prompt {c['prompt_tokens']} tokens is outside the profiled prompt range of {model} on every fleet device"
+    valid = in_range.dropna(subset=["ttft_ms", "tbt_ms"])
+    if valid.empty:
+        return f"no p{q} latencies profiled for {model} at prompt {c['prompt_tokens']} on the fleet's devices"
+    slo_ttft, slo_tbt = c["ttft_slo_ms"], c["tbt_slo_ms"]
+    if (valid["tbt_ms"] > slo_tbt).all():
+        return f"no device meets TBT {slo_tbt:g} ms for {model} at p{q}: best is {_best(valid, 'tbt_ms')}"
+    if (valid["ttft_ms"] > slo_ttft).all():
+        return f"no device meets TTFT {slo_ttft:g} ms for {model} at p{q}: best is {_best(valid, 'ttft_ms')}"
+    if request.options.batch_sizes is not None or request.options.tp_degrees is not None:
+        scope = " within options.batch_sizes / tp_degrees"
+    else:
+        scope = ""
+    return (
+        f"no colocated pool meets both TTFT {slo_ttft:g} ms and TBT {slo_tbt:g} ms for {model} at p{q}{scope}, "
+        f"and no prefill->decode pair meets TTFT including the KV transfer of {c['kv_gbit']:.3g} Gbit"
+    )
+
+
+def shortfall_reason(
+    cand: Candidates, w: int, devices: list[DeviceUse], links: list[LinkUse], cost_per_hour: float
+) -> str:
+    """The resources that bind for a class that has candidates but is not fully served."""
+    request: PlanRequest = cand.request
+    mine = set(cand.uses.loc[cand.uses["w"] == w, "device"])
+    rho = request.options.max_utilization
+    binding = []
+    full = [f"{d.name} {d.used}/{d.available}" for d in devices if d.name in mine and d.available - d.used < _min_tp(cand, w, d.name)]
+    if full:
+        binding.append("device capacity (" + ", ".join(full) + " in use)")
+    for link in links:
+        at_cap = link.budget_gbps is not None and link.gbps >= rho * link.budget_gbps * (1 - 1e-6)
+        if at_cap and link.source in mine:
+            binding.append(
+                f"link {link.source}->{link.target} at {rho:.0%} of its {link.budget_gbps:g} Gbit/s budget"
+            )
+    if request.kv_budget_gbps is not None:
+        cross = sum(link.gbps for link in links if link.source != link.target)
+        if cross >= rho * request.kv_budget_gbps * (1 - 1e-6):
+            binding.append(f"kv_budget_gbps {request.kv_budget_gbps:g} reached (at {rho:.0%} headroom)")
+    budget = request.options.budget_per_hour
+    if budget is not None and cost_per_hour >= budget - _cheapest_instance(cand, w):
+        binding.append(f"budget_per_hour {budget:g} reached ({cost_per_hour:.2f} in use)")
+    if not binding:
+        return "capacity went to classes with more weighted goodput per device (or NIC bandwidth binds)"
+    return "; ".join(binding)
+
+
+def _min_tp(cand: Candidates, w: int, device: str) -> int:
+    tps = cand.uses.loc[(cand.uses["w"] == w) & (cand.uses["device"] == device), "tp"]
+    return int(tps.min()) if len(tps) else 1
+
+
+def _cheapest_instance(cand: Candidates, w: int) -> float:
+    uses = cand.uses[cand.uses["w"] == w]
+    price = uses["device"].map(cand.devices.set_index("device")["cost_per_hour"]).to_numpy(float)
+    return float(np.min(price * uses["tp"].to_numpy())) if len(uses) else 0.0

@@ -1,0 +1,352 @@
+"""The MILP of docs/formulation.md as sparse blocks: one `define_*` per constraint family.
+
+Columns: x[pool] (integer instances) | f[use] (RPS of a class through a pool; for prefill uses, per
+destination key) | s[w, key, tier] (KV-flow slack carried down the bandwidth tiers) | phi (only for
+max_min_fraction). Each family returns a Block of COO triplets; `build_matrix` stacks them into one CSR
+matrix, the only form a backend sees.
+"""
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+import scipy.sparse as sp
+
+from fleetplan.solver.candidates import ANY_DEVICE, Candidates
+
+INF = np.inf
+
+
+@dataclass(frozen=True)
+class Block:
+    """Rows of one constraint family: lo <= A_block @ v <= hi."""
+
+    name: str
+    n_rows: int
+    rows: np.ndarray
+    cols: np.ndarray
+    vals: np.ndarray
+    lo: np.ndarray
+    hi: np.ndarray
+
+
+@dataclass(frozen=True)
+class Columns:
+    """Where each variable family lives in the column vector."""
+
+    n_pools: int
+    n_uses: int
+    chain: pd.DataFrame  # one row per s variable: w, key, tier
+    has_phi: bool
+
+    @property
+    def use_offset(self) -> int:
+        return self.n_pools
+
+    @property
+    def chain_offset(self) -> int:
+        return self.n_pools + self.n_uses
+
+    @property
+    def phi(self) -> int:
+        return self.chain_offset + len(self.chain)
+
+    @property
+    def size(self) -> int:
+        return self.phi + int(self.has_phi)
+
+
+@dataclass
+class MatrixForm:
+    """A backend-neutral MILP: optimize c @ v subject to row_lo <= A v <= row_hi, col bounds, integrality."""
+
+    A: sp.csr_matrix
+    row_lo: np.ndarray
+    row_hi: np.ndarray
+    col_lo: np.ndarray
+    col_hi: np.ndarray
+    integer: np.ndarray
+    row_blocks: list[tuple[str, int, int]]
+    objectives: dict[str, np.ndarray] = field(default_factory=dict)
+
+    def with_row(self, name: str, coefficients: np.ndarray, lo: float, hi: float) -> "MatrixForm":
+        """A copy with one more dense row (locks a lexicographic stage's optimum)."""
+        row = sp.csr_matrix(coefficients.reshape(1, -1))
+        start = self.A.shape[0]
+        return MatrixForm(
+            A=sp.vstack([self.A, row], format="csr"),
+            row_lo=np.append(self.row_lo, lo),
+            row_hi=np.append(self.row_hi, hi),
+            col_lo=self.col_lo,
+            col_hi=self.col_hi,
+            integer=self.integer,
+            row_blocks=[*self.row_blocks, (name, start, start + 1)],
+            objectives=self.objectives,
+        )
+
+    @property
+    def nonzeros(self) -> int:
+        return int(self.A.nnz)
+
+
+def chain_columns(cand: Candidates) -> pd.DataFrame:
+    """The s[w, key, j] variables: j = 0 .. J-2 for every (class, key) with J decode tiers."""
+    decode = cand.uses[cand.uses["role"] == "decode"]
+    tiers = decode.groupby(["w", "key"], as_index=False)["tier"].max()
+    count = tiers["tier"].to_numpy()  # J - 1 slack variables per (w, key)
+    chain = tiers.loc[tiers.index.repeat(count), ["w", "key"]].reset_index(drop=True)
+    chain["tier"] = chain.groupby(["w", "key"]).cumcount()
+    return chain
+
+
+def _use_rate_coefficients(cand: Candidates) -> np.ndarray:
+    return 1.0 / cand.uses["rate_rps"].to_numpy()
+
+
+def define_capacity(cand: Candidates, cols: Columns) -> Block:
+    """sum_w f[w, pool] / r[w, pool] - rho * x[pool] <= 0 for every pool."""
+    uses = cand.uses
+    n_pools = cols.n_pools
+    rho = cand.request.options.max_utilization
+    pool = uses["pool"].to_numpy()
+    rows = np.concatenate([pool, np.arange(n_pools)])
+    columns = np.concatenate([cols.use_offset + np.arange(len(uses)), np.arange(n_pools)])
+    vals = np.concatenate([_use_rate_coefficients(cand), np.full(n_pools, -rho)])
+    return Block("capacity", n_pools, rows, columns, vals, np.full(n_pools, -INF), np.zeros(n_pools))
+
+
+def define_kv_flow(cand: Candidates, cols: Columns) -> Block:
+    """For every (w, key, tier j): sum_{decode at j} f - sum_{prefill at level j} f + s[j-1] - s[j] = 0.
+
+    Summed over j' <= j this says: KV flow that can only land in tiers 0..j fits in their decode capacity
+    (Hall's condition for nested reachable sets), and at the last tier, prefill flow = decode flow.
+    """
+    uses = cand.uses
+    disagg = uses[uses["role"] != "colocated"]
+    tier_of_use = np.where(disagg["role"] == "decode", disagg["tier"], disagg["level"])
+    counts = (
+        pd.DataFrame({"w": disagg["w"], "key": disagg["key"], "j": tier_of_use})
+        .drop_duplicates()
+        .sort_values(["w", "key", "j"], kind="stable")
+        .reset_index(drop=True)
+    )
+    counts["row"] = np.arange(len(counts))
+    row_of = pd.DataFrame({"w": disagg["w"].to_numpy(), "key": disagg["key"].to_numpy(), "j": tier_of_use})
+    use_rows = row_of.merge(counts, on=["w", "key", "j"], how="left")["row"].to_numpy()
+    sign = np.where(disagg["role"] == "decode", 1.0, -1.0)
+    use_cols = cols.use_offset + disagg.index.to_numpy()
+
+    chain = cols.chain.reset_index(drop=True)
+    chain_cols = cols.chain_offset + np.arange(len(chain))
+    at = chain.merge(counts, left_on=["w", "key", "tier"], right_on=["w", "key", "j"], how="left")["row"]
+    nxt = chain.assign(j=chain["tier"] + 1).merge(counts, on=["w", "key", "j"], how="left")["row"]
+    if at.isna().any() or nxt.isna().any():
+        # every tier 0..J-1 holds a decode use by construction (candidates.flow_tiers)
+        msg = "internal: KV chain tier without a flow row"
+        raise AssertionError(msg)
+    rows = np.concatenate([use_rows, at.to_numpy(int), nxt.to_numpy(int)])
+    columns = np.concatenate([use_cols, chain_cols, chain_cols])
+    vals = np.concatenate([sign, -np.ones(len(chain)), np.ones(len(chain))])
+    n = len(counts)
+    return Block("kv_flow", n, rows, columns, vals, np.zeros(n), np.zeros(n))
+
+
+def served_coefficients(cand: Candidates) -> tuple[np.ndarray, np.ndarray]:
+    """(use index, class) of the columns whose sum is served[w]: colocated and prefill flows."""
+    uses = cand.uses
+    counted = (uses["role"] != "decode").to_numpy()
+    return np.flatnonzero(counted), uses["w"].to_numpy()[counted]
+
+
+def define_demand(cand: Candidates, cols: Columns, full: bool) -> Block:
+    """served[w] <= lambda_w (== lambda_w when `full`, for min_cost)."""
+    index, w = served_coefficients(cand)
+    n = len(cand.classes)
+    demand = cand.classes["rate_rps"].to_numpy(float)
+    lo = demand if full else np.full(n, -INF)
+    return Block("demand", n, w, cols.use_offset + index, np.ones(len(index)), lo, demand)
+
+
+def define_devices(cand: Candidates, cols: Columns) -> Block:
+    """sum_{pools on k} t * x[pool] <= N_k for every device type k."""
+    devices = cand.devices.reset_index(drop=True)
+    position = pd.Series(np.arange(len(devices)), index=devices["device"])
+    pools = cand.pools
+    rows = position.loc[pools["device"]].to_numpy()
+    n = len(devices)
+    tp = pools["tp"].to_numpy(float)
+    return Block("devices", n, rows, np.arange(len(pools)), tp, np.full(n, -INF), devices["count"].to_numpy(float))
+
+
+def define_nic(cand: Candidates, cols: Columns) -> Block:
+    """Per disaggregated pool on a device with a NIC: sum_w f * 8 S_w / 1e9 - x * t * NIC_k <= 0."""
+    pools = cand.pools
+    nic = pools["device"].map(cand.devices.set_index("device")["nic_gbps"]).to_numpy()
+    limited = np.flatnonzero((pools["role"] != "colocated").to_numpy() & np.isfinite(nic))
+    row_of_pool = np.full(len(pools), -1)
+    row_of_pool[limited] = np.arange(len(limited))
+    uses = cand.uses
+    use_rows = row_of_pool[uses["pool"].to_numpy()]
+    mine = use_rows >= 0
+    kv = uses["kv_gbit"].to_numpy()
+    rows = np.concatenate([use_rows[mine], np.arange(len(limited))])
+    columns = np.concatenate([cols.use_offset + np.flatnonzero(mine), limited])
+    capacity = pools["tp"].to_numpy(float)[limited] * nic[limited]
+    vals = np.concatenate([kv[mine], -capacity])
+    n = len(limited)
+    return Block("nic", n, rows, columns, vals, np.full(n, -INF), np.zeros(n))
+
+
+def define_links(cand: Candidates, cols: Columns) -> Block:
+    """sum_{w, P on k_p -> decode on k_d} f * 8 S_w / 1e9 <= rho * L[k_p -> k_d]; over k_p != k_d <= rho * kv_budget.
+
+    rho (max_utilization) on these shared budgets goes beyond the contract: a link planned at 100% queues
+    without bound, and the headroom sweep shows link-bound plans missing their SLOs (docs/simulation.md).
+    """
+    request = cand.request
+    uses = cand.uses
+    prefill = (uses["role"] == "prefill").to_numpy()
+    kv = uses["kv_gbit"].to_numpy()
+    source = uses["device"].to_numpy()
+    target = uses["key"].to_numpy()
+    rho = request.options.max_utilization
+    rows, columns, vals, hi = [], [], [], []
+    limits = [(link.source, link.target, link.gbps) for link in request.links]
+    for index, (src, dst, gbps) in enumerate(limits):
+        hit = np.flatnonzero(prefill & (source == src) & (target == dst))
+        rows.append(np.full(len(hit), index))
+        columns.append(cols.use_offset + hit)
+        vals.append(kv[hit])
+        hi.append(rho * gbps)
+    if request.kv_budget_gbps is not None:
+        hit = np.flatnonzero(prefill & (source != target) & (target != ANY_DEVICE))
+        rows.append(np.full(len(hit), len(limits)))
+        columns.append(cols.use_offset + hit)
+        vals.append(kv[hit])
+        hi.append(rho * request.kv_budget_gbps)
+    n = len(hi)
+    if n == 0:
+        return _empty("links")
+    return Block(
+        "links", n, np.concatenate(rows), np.concatenate(columns), np.concatenate(vals), np.full(n, -INF), np.array(hi)
+    )
+
+
+def define_budget(cand: Candidates, cols: Columns) -> Block:
+    """sum_k c_k * sum_{pools on k} t * x[pool] <= budget_per_hour."""
+    budget = cand.request.options.budget_per_hour
+    if budget is None:
+        return _empty("budget")
+    cost = pool_cost(cand)
+    nz = np.flatnonzero(cost)
+    return Block("budget", 1, np.zeros(len(nz), int), nz, cost[nz], np.array([-INF]), np.array([budget]))
+
+
+def define_fairness(cand: Candidates, cols: Columns) -> Block:
+    """served[w] - phi * lambda_w >= 0 for every class with demand and a candidate (max_min_fraction)."""
+    if not cols.has_phi:
+        return _empty("fairness")
+    index, w = served_coefficients(cand)
+    demand = cand.classes["rate_rps"].to_numpy(float)
+    servable = np.isin(np.arange(len(demand)), cand.uses["w"].to_numpy())
+    demand = np.where(servable, demand, 0.0)  # a class no pool can serve would pin phi at 0
+    with_demand = np.flatnonzero(demand > 0)
+    rows = np.concatenate([w, with_demand])
+    columns = np.concatenate([cols.use_offset + index, np.full(len(with_demand), cols.phi)])
+    vals = np.concatenate([np.ones(len(index)), -demand[with_demand]])
+    n = len(demand)
+    lo = np.where(demand > 0, 0.0, -INF)
+    return Block("fairness", n, rows, columns, vals, lo, np.full(n, INF))
+
+
+def _empty(name: str) -> Block:
+    nothing = np.zeros(0)
+    return Block(name, 0, nothing.astype(int), nothing.astype(int), nothing, nothing, nothing)
+
+
+def pool_cost(cand: Candidates) -> np.ndarray:
+    """Cost per hour of one instance of each pool: c_k * t."""
+    price = cand.pools["device"].map(cand.devices.set_index("device")["cost_per_hour"]).to_numpy(float)
+    return price * cand.pools["tp"].to_numpy(float)
+
+
+def column_bounds(cand: Candidates, cols: Columns) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """x in [0, min(N_k // t, instances needed for all demand)], f in [0, lambda_w], s >= 0, phi in [0, 1].
+
+    The instance cap is what serving every class of the pool fully would need (capacity and NIC); more
+    instances can never serve more, so the cap keeps every optimum while shrinking the branch-and-bound tree.
+    """
+    pools, uses, classes = cand.pools, cand.uses, cand.classes
+    devices = cand.devices.set_index("device")
+    tp = pools["tp"].to_numpy(float)
+    fit = np.floor(pools["device"].map(devices["count"]).to_numpy(float) / tp)
+    demand = classes["rate_rps"].to_numpy(float)[uses["w"].to_numpy()]
+    # a prefill use appears once per key: its class's demand once per (w, pool) suffices
+    first = ~uses.duplicated(["w", "pool"]).to_numpy()
+    rho = cand.request.options.max_utilization
+    load = np.bincount(uses["pool"][first], weights=(demand / uses["rate_rps"].to_numpy())[first], minlength=len(pools))
+    nic = pools["device"].map(devices["nic_gbps"]).to_numpy()
+    kv = uses["kv_gbit"].to_numpy()
+    traffic = np.bincount(uses["pool"][first], weights=(demand * kv)[first], minlength=len(pools))
+    nic_need = np.where(np.isfinite(nic) & (pools["role"] != "colocated").to_numpy(), traffic / (tp * nic), 0.0)
+    need = np.ceil(np.maximum(load / rho, nic_need) - 1e-9)
+    x_hi = np.minimum(fit, need)
+    f_hi = classes["rate_rps"].to_numpy(float)[uses["w"].to_numpy()]
+    lo = np.zeros(cols.size)
+    hi = np.concatenate([x_hi, f_hi, np.full(len(cols.chain), INF), np.ones(int(cols.has_phi))])
+    integer = np.zeros(cols.size, dtype=bool)
+    integer[: cols.n_pools] = True
+    return lo, hi, integer
+
+
+def objective_vectors(cand: Candidates, cols: Columns) -> dict[str, np.ndarray]:
+    """goodput (sum_w v_w served_w), cost (per hour; device count when no device has a price), phi."""
+    goodput = np.zeros(cols.size)
+    index, w = served_coefficients(cand)
+    goodput[cols.use_offset + index] = cand.classes["weight"].to_numpy(float)[w]
+    cost = np.zeros(cols.size)
+    price = pool_cost(cand)
+    cost[: cols.n_pools] = price if price.any() else cand.pools["tp"].to_numpy(float)
+    vectors = {"goodput": goodput, "cost": cost}
+    if cols.has_phi:
+        phi = np.zeros(cols.size)
+        phi[cols.phi] = 1.0
+        vectors["phi"] = phi
+    return vectors
+
+
+def build_matrix(cand: Candidates) -> tuple[MatrixForm, Columns]:
+    """Stack every constraint family into one CSR matrix, in the order of docs/formulation.md."""
+    objective = cand.request.options.objective
+    cols = Columns(len(cand.pools), len(cand.uses), chain_columns(cand), objective == "max_min_fraction")
+    blocks = [
+        define_capacity(cand, cols),
+        define_kv_flow(cand, cols),
+        define_demand(cand, cols, full=objective == "min_cost"),
+        define_devices(cand, cols),
+        define_nic(cand, cols),
+        define_links(cand, cols),
+        define_budget(cand, cols),
+        define_fairness(cand, cols),
+    ]
+    offsets = np.cumsum([0] + [b.n_rows for b in blocks])
+    rows = np.concatenate([b.rows + off for b, off in zip(blocks, offsets, strict=False)])
+    columns = np.concatenate([b.cols for b in blocks])
+    vals = np.concatenate([b.vals for b in blocks])
+    A = sp.csr_matrix((vals, (rows, columns)), shape=(int(offsets[-1]), cols.size))
+    A.sum_duplicates()
+    A.eliminate_zeros()
+    lo, hi, integer = column_bounds(cand, cols)
+    return (
+        MatrixForm(
+            A=A,
+            row_lo=np.concatenate([b.lo for b in blocks]),
+            row_hi=np.concatenate([b.hi for b in blocks]),
+            col_lo=lo,
+            col_hi=hi,
+            integer=integer,
+            row_blocks=[(b.name, int(s), int(s + b.n_rows)) for b, s in zip(blocks, offsets, strict=False)],
+            objectives=objective_vectors(cand, cols),
+        ),
+        cols,
+    )

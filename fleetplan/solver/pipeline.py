@@ -1,0 +1,166 @@
+"""plan(request) -> Plan: the single entry point the API, the CLI and the tests call.
+
+decode (done by the caller) -> profile lookup -> candidates -> formulation -> backend -> extract ->
+explain -> baselines -> verify.
+"""
+
+import dataclasses
+import time
+
+import msgspec
+import numpy as np
+
+from fleetplan.models.errors import SolverFailure
+from fleetplan.models.plan import Baselines, Plan, PlanRequest, ProfileSetInfo, SolverInfo, WorkloadResult
+from fleetplan.profiler.store import ProfileStore
+from fleetplan.profiler.tables import ProfileTable, from_rows
+from fleetplan.solver import baselines, explain, extract
+from fleetplan.solver.backends import Termination
+from fleetplan.solver.candidates import build_candidates, check_profiles_cover
+from fleetplan.solver.optimize import Outcome, optimize
+from fleetplan.solver.verify import verify
+
+_STATUS = {Termination.OPTIMAL: "optimal", Termination.FEASIBLE: "feasible", Termination.INFEASIBLE: "infeasible"}
+
+
+def resolve_profiles(request: PlanRequest, store: ProfileStore | None = None) -> ProfileTable:
+    """The table a request names: inline rows, or a set from the store (bundled sets by default)."""
+    if request.profiles.rows is not None:
+        return from_rows(request.profiles.rows)
+    assert request.profiles.set is not None
+    return (store or ProfileStore()).load(request.profiles.set)
+
+
+def fleet_warnings(request: PlanRequest, table: ProfileTable) -> list[str]:
+    profiled = set(table.frame["device"])
+    return [
+        f"device {d.name!r} has no rows in profile set {table.name!r}: it can serve nothing"
+        for d in request.devices
+        if d.name not in profiled and d.count > 0
+    ]
+
+
+def plan(request: PlanRequest, store: ProfileStore | None = None, *, with_baselines: bool = True) -> Plan:
+    """Plan a fleet; raises a PlannerError subclass on bad input or when the solver gives no plan."""
+    began = time.perf_counter()
+    table = resolve_profiles(request, store)
+    check_profiles_cover(request, table)
+    cand = build_candidates(request, table)
+    objective = request.options.objective
+    outcome, status = _solve(request, cand)
+    values = outcome.values if outcome else None
+
+    solution = _solution(cand, outcome, values)
+    routes = extract.routes_out(cand, solution) if outcome else {w: [] for w in cand.classes.index}
+    pools = extract.pools_out(cand, solution)
+    devices = extract.devices_out(cand, solution)
+    links = extract.links_out(cand, routes)
+    cost = float(sum(d.cost_per_hour * u.used for d, u in zip(request.devices, devices, strict=True)))
+    results = _workload_results(cand, routes, devices, links, cost)
+    served = sum(r.served_rps for r in results)
+
+    base = None
+    if with_baselines:
+        remaining = request.options.time_limit_s - (time.perf_counter() - began)
+        base = Baselines(gpu_only=baselines.gpu_only(cand, remaining), greedy=baselines.greedy(cand))
+    info = _solver_info(request, outcome)
+    bound, gap = _bound_and_gap(outcome, request)
+    result = Plan(
+        status=status,  # type: ignore[arg-type]
+        objective=objective,
+        slo_rps=round(served, 9),
+        demand_rps=float(cand.classes["rate_rps"].sum()),
+        bound_rps=bound,
+        mip_gap=gap,
+        cost_per_hour=round(cost, 9),
+        workloads=results,
+        pools=pools,
+        devices=devices,
+        links=links,
+        baselines=base,
+        solver=info,
+        profile_set=ProfileSetInfo(name=table.name, sha256=table.sha256),
+        warnings=fleet_warnings(request, table),
+    )
+    verify(request, result, table)
+    if request.verify == "simulate" and status in ("optimal", "feasible"):
+        from fleetplan.solver.simulate import simulate
+
+        result = msgspec.structs.replace(result, simulation=simulate(request, result, table))
+    return result
+
+
+def _solve(request: PlanRequest, cand) -> tuple[Outcome | None, str]:
+    """The outcome to report and its status; a min_cost request the fleet cannot serve gets the
+    max-goodput plan, reported as infeasible, so the user sees what the fleet can do instead."""
+    if cand.uses.empty:
+        return None, "no_candidates"
+    outcome = optimize(request, cand)
+    if outcome.termination is Termination.INFEASIBLE and request.options.objective == "min_cost":
+        as_goodput = msgspec.structs.replace(
+            request, options=msgspec.structs.replace(request.options, objective="max_goodput")
+        )
+        return optimize(as_goodput, dataclasses.replace(cand, request=as_goodput)), "infeasible"
+    if outcome.values is None:
+        msg = (
+            f"solver {request.options.solver} found no plan ({outcome.termination}) within "
+            f"time_limit_s={request.options.time_limit_s}; raise the time limit or shrink the candidate set"
+        )
+        raise SolverFailure(msg, field="options.time_limit_s")
+    return outcome, _STATUS[outcome.termination]
+
+
+def _solution(cand, outcome, values) -> extract.Solution:
+    if outcome is None or values is None:
+        n_pools, n_uses = len(cand.pools), len(cand.uses)
+        return extract.Solution(np.zeros(n_pools, np.int64), np.zeros(n_uses), np.zeros(n_pools))
+    return extract.solution_from(cand, outcome.columns, values)
+
+
+def _workload_results(cand, routes, devices, links, cost) -> list[WorkloadResult]:
+    results = []
+    for w, c in cand.classes.iterrows():
+        served = float(sum(r.rps for r in routes[w]))
+        demand = float(c["rate_rps"])
+        unserved = max(demand - served, 0.0)
+        reason = None
+        if unserved > 1e-6 * max(1.0, demand):
+            if not (cand.uses["w"] == w).any():
+                reason = explain.no_candidate_reason(cand, w)
+            else:
+                reason = explain.shortfall_reason(cand, w, devices, links, cost)
+        results.append(
+            WorkloadResult(name=c["name"], served_rps=round(served, 9), unserved_rps=round(unserved, 9), reason=reason, routes=routes[w])
+        )
+    return results
+
+
+def _solver_info(request: PlanRequest, outcome) -> SolverInfo:
+    if outcome is None:
+        return SolverInfo(backend=request.options.solver, build_ms=0.0, solve_ms=0.0, termination="no candidates")
+    form = outcome.form
+    return SolverInfo(
+        backend=request.options.solver,
+        build_ms=round(outcome.build_ms, 3),
+        solve_ms=round(outcome.solve_ms, 3),
+        variables=int(form.A.shape[1]),
+        integers=int(form.integer.sum()),
+        rows=int(form.A.shape[0]),
+        nonzeros=form.nonzeros,
+        lp_bound=outcome.lp_bound,
+        termination=str(outcome.termination),
+        tie_break=outcome.tie_break,
+    )
+
+
+def _bound_and_gap(outcome, request: PlanRequest) -> tuple[float | None, float | None]:
+    """The proven bound on weighted goodput (only when goodput is the primary objective) and the primary
+    stage's relative gap."""
+    if outcome is None:
+        return 0.0, 0.0
+    value, bound = outcome.primary_value, outcome.primary_bound
+    if value is None or bound is None:
+        return None, None
+    gap = abs(bound - value) / max(abs(value), 1e-9) if abs(bound - value) > 1e-9 else 0.0
+    primary_is_goodput = outcome.candidates.request.options.objective == "max_goodput"
+    return (bound if primary_is_goodput else None), gap

@@ -1,0 +1,168 @@
+"""Recompute every constraint of docs/formulation.md from a Plan and its request alone.
+
+Independent of the formulation code on purpose: per-instance rates come from the latencies the routes
+report, KV sizes from the request's models, transfer times from the devices' NICs. Optionally the route
+latencies themselves are re-derived from the profile table. Used by the tests and before the API answers.
+"""
+
+from collections import defaultdict
+
+import numpy as np
+
+from fleetplan.models.errors import PlanVerificationError
+from fleetplan.models.plan import Plan, PlanRequest, PoolRef, Route
+
+REL = 1e-6
+
+
+def _close(a: float, b: float, scale: float = 1.0) -> bool:
+    return abs(a - b) <= REL * max(1.0, abs(a), abs(b), scale)
+
+
+def _at_most(a: float, b: float) -> bool:
+    return a <= b + REL * max(1.0, abs(b))
+
+
+def _interpolated(groups, model: str, ref: PoolRef, prompt: int, column: str) -> float:
+    """np.interp over the profiled prompts of one (model, device, tp, batch); NaN outside them."""
+    rows = groups.get((model, ref.device, ref.tp, ref.batch))
+    if rows is None:
+        return float("nan")
+    xs, ys = rows["prompt_tokens"].to_numpy(float), rows[column].to_numpy(float)
+    if len(xs) == 0 or prompt < xs[0] or prompt > xs[-1]:
+        return float("nan")
+    return float(np.interp(prompt, xs, ys))
+
+
+def verify(request: PlanRequest, plan: Plan, table=None) -> None:  # noqa: C901, PLR0912, PLR0915
+    """Raise PlanVerificationError naming every violated constraint; return None when the plan holds."""
+    problems: list[str] = []
+    rho = request.options.max_utilization
+    devices = {d.name: d for d in request.devices}
+    specs = request.model_specs()
+    workloads = {w.name: w for w in request.workloads}
+    by_class = request.options.pooling == "class"
+    groups = None
+    if table is not None:
+        frame = table.frame.sort_values("prompt_tokens", kind="stable")
+        groups = dict(tuple(frame.groupby(["model", "device", "tp", "batch"], sort=False)))
+
+    def kv_gbit(name: str) -> float:
+        w = workloads[name]
+        return specs[w.model].kv_gbit(w.prompt_tokens)
+
+    pool_load: dict[tuple, float] = defaultdict(float)
+    pool_traffic: dict[tuple, float] = defaultdict(float)
+    link_traffic: dict[tuple[str, str], float] = defaultdict(float)
+    served_total = 0.0
+    if sorted(r.name for r in plan.workloads) != sorted(workloads):
+        problems.append("plan.workloads does not list every request class exactly once")
+    for result in plan.workloads:
+        w = workloads.get(result.name)
+        if w is None:
+            continue
+        served = sum(route.rps for route in result.routes)
+        served_total += result.served_rps
+        if not _close(served, result.served_rps):
+            problems.append(f"{w.name}: routes carry {served} RPS, served_rps says {result.served_rps}")
+        if not _at_most(result.served_rps, w.rate_rps):
+            problems.append(f"{w.name}: served {result.served_rps} > demand {w.rate_rps}")
+        if not _close(result.served_rps + result.unserved_rps, w.rate_rps):
+            problems.append(f"{w.name}: served + unserved != demand {w.rate_rps}")
+        owner = w.name if by_class else w.model
+        for route in result.routes:
+            problems += _check_route(request, w, route, groups)
+            kv = kv_gbit(w.name)
+            o = w.output_tokens
+            if route.colocated is not None:
+                ref = route.colocated
+                rate = ref.batch / ((route.ttft_ms + (o - 1) * route.tbt_ms) / 1e3)
+                pool_load[(owner, "colocated", ref.device, ref.tp, ref.batch)] += route.rps / rate
+                continue
+            p, d = route.prefill, route.decode
+            assert p is not None and d is not None
+            pool_load[(owner, "prefill", p.device, p.tp, p.batch)] += route.rps / (p.batch / (route.prefill_ms / 1e3))
+            pool_load[(owner, "decode", d.device, d.tp, d.batch)] += route.rps / (d.batch / (o * route.tbt_ms / 1e3))
+            pool_traffic[(owner, "prefill", p.device, p.tp, p.batch)] += route.rps * kv
+            pool_traffic[(owner, "decode", d.device, d.tp, d.batch)] += route.rps * kv
+            link_traffic[(p.device, d.device)] += route.rps * kv
+            if not _close(route.kv_gbps, route.rps * kv):
+                problems.append(f"{w.name}: route kv_gbps {route.kv_gbps} != rps * 8 S_w / 1e9 = {route.rps * kv}")
+
+    instances: dict[tuple, int] = {}
+    for pool in plan.pools:
+        key = (pool.workload if by_class else pool.model, pool.role, pool.device, pool.tp, pool.batch)
+        if key in instances:
+            problems.append(f"pool {key} listed twice")
+        instances[key] = pool.instances
+    for key, load in pool_load.items():
+        n = instances.get(key, 0)
+        if not _at_most(load, rho * n):
+            problems.append(f"capacity: pool {key} needs {load:.6f} instance-loads > rho * {n} instances")
+    for key, traffic in pool_traffic.items():
+        nic = devices[key[2]].network_gbps
+        if nic is not None and not _at_most(traffic, instances.get(key, 0) * key[3] * nic):
+            problems.append(f"nic: pool {key} moves {traffic:.6f} Gbit/s > instances * tp * {nic}")
+
+    used: dict[str, int] = defaultdict(int)
+    for pool in plan.pools:
+        used[pool.device] += pool.tp * pool.instances
+    cost = sum(devices[name].cost_per_hour * n for name, n in used.items())
+    for name, n in used.items():
+        if n > devices[name].count:
+            problems.append(f"devices: {name} uses {n} > {devices[name].count}")
+    for use in plan.devices:
+        if use.used != used.get(use.name, 0) or use.available != devices[use.name].count:
+            problems.append(f"devices: {use.name} reported {use.used}/{use.available}, pools give {used.get(use.name, 0)}")
+    for link in request.links:
+        if not _at_most(link_traffic.get((link.source, link.target), 0.0), rho * link.gbps):
+            used = link_traffic[(link.source, link.target)]
+            problems.append(f"link {link.source}->{link.target}: {used} > rho * {link.gbps}")
+    if request.kv_budget_gbps is not None:
+        cross = sum(v for (s, t), v in link_traffic.items() if s != t)
+        if not _at_most(cross, rho * request.kv_budget_gbps):
+            problems.append(f"kv_budget_gbps: {cross} > rho * {request.kv_budget_gbps}")
+    budget = request.options.budget_per_hour
+    if budget is not None and not _at_most(cost, budget):
+        problems.append(f"budget_per_hour: cost {cost} > {budget}")
+    if not _close(cost, plan.cost_per_hour):
+        problems.append(f"cost_per_hour {plan.cost_per_hour} != devices in use x price = {cost}")
+    if not _close(served_total, plan.slo_rps):
+        problems.append(f"slo_rps {plan.slo_rps} != sum of served {served_total}")
+    if not _close(sum(w.rate_rps for w in request.workloads), plan.demand_rps):
+        problems.append("demand_rps != sum of class rates")
+    if problems:
+        raise PlanVerificationError("; ".join(problems[:20]) + (f" (+{len(problems) - 20} more)" if len(problems) > 20 else ""))
+
+
+def _check_route(request: PlanRequest, w, route: Route, groups) -> list[str]:
+    """SLOs, transfer time and (with a table) the latencies of one route."""
+    problems = []
+    colocated = route.colocated is not None
+    if colocated == (route.prefill is not None or route.decode is not None) or (
+        not colocated and (route.prefill is None or route.decode is None)
+    ):
+        return [f"{w.name}: a route is either colocated or prefill+decode"]
+    if not _at_most(route.ttft_ms, w.slo.ttft_ms) or not _at_most(route.tbt_ms, w.slo.tbt_ms):
+        problems.append(f"{w.name}: route breaks the SLO (TTFT {route.ttft_ms} / TBT {route.tbt_ms} ms)")
+    if route.rps < 0:
+        problems.append(f"{w.name}: negative route rps")
+    expected_kv_ms = 0.0
+    if not colocated:
+        devices = {d.name: d for d in request.devices}
+        p, d = route.prefill, route.decode
+        nic_p, nic_d = devices[p.device].network_gbps, devices[d.device].network_gbps
+        if nic_p is not None and nic_d is not None:
+            kv_gbit = request.model_specs()[w.model].kv_gbit(w.prompt_tokens)
+            expected_kv_ms = 1e3 * kv_gbit / min(nic_p * p.tp, nic_d * d.tp)
+    if not _close(route.kv_transfer_ms, expected_kv_ms) or not _close(route.ttft_ms, route.prefill_ms + route.kv_transfer_ms):
+        problems.append(f"{w.name}: KV transfer {route.kv_transfer_ms} ms, expected {expected_kv_ms} ms")
+    if groups is not None:
+        q = w.slo.percentile
+        prefill_ref = route.colocated if colocated else route.prefill
+        decode_ref = route.colocated if colocated else route.decode
+        ttft = _interpolated(groups, w.model, prefill_ref, w.prompt_tokens, f"ttft_ms_p{q}")
+        tbt = _interpolated(groups, w.model, decode_ref, w.prompt_tokens, f"tbt_ms_p{q}")
+        if not (_close(ttft, route.prefill_ms) and _close(tbt, route.tbt_ms)):
+            problems.append(f"{w.name}: route latencies ({route.prefill_ms}, {route.tbt_ms}) differ from the profile ({ttft}, {tbt})")
+    return problems

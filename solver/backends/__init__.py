@@ -1,5 +1,0 @@
-"""Solver backends: each takes a MatrixForm and one objective vector and returns a SolveResult."""
-
-from solver.backends.base import Sense, SolveResult, Termination, get_backend
-
-__all__ = ["Sense", "SolveResult", "Termination", "get_backend"]
