@@ -17,9 +17,9 @@ import msgspec
 
 from fleetplan import fixtures
 from fleetplan.models.codec import read_request
+from fleetplan.simulator import simulate
 from fleetplan.solver import plan
 from fleetplan.solver.pipeline import resolve_profiles
-from fleetplan.solver.simulate import simulate
 
 ROOT = Path(__file__).resolve().parent.parent
 

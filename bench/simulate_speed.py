@@ -1,4 +1,4 @@
-"""How fast solver.simulate replays a plan: one simulated hour of a ~100-RPS fleet.
+"""How fast the simulator (fleetplan.simulator) replays a plan: one simulated hour of a ~100-RPS fleet.
 
 The fleet is the paper fixture with twice the devices and twice the demand, planned with
 max_utilization 0.6 (so it is healthy); arrivals are scaled so the total offered rate is --rps.
@@ -23,8 +23,8 @@ import numpy as np
 
 from fleetplan import fixtures
 from fleetplan.models.plan import Options, PlanRequest
+from fleetplan.simulator import simulate
 from fleetplan.solver.pipeline import plan, resolve_profiles
-from fleetplan.solver.simulate import simulate
 
 ROOT = Path(__file__).resolve().parent.parent
 

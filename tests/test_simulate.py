@@ -1,4 +1,4 @@
-"""The discrete-event replay of a plan (fleetplan/solver/simulate.py, docs/simulation.md)."""
+"""The discrete-event replay of a plan (fleetplan/simulator, docs/simulation.md)."""
 
 from pathlib import Path
 
@@ -11,8 +11,9 @@ from fleetplan.models.fleet import Device
 from fleetplan.models.plan import Options, PlanRequest
 from fleetplan.models.profile import ProfileRow, ProfilesSpec
 from fleetplan.models.workload import Slo, Workload
+from fleetplan.profiler.latency import quantile_params, sample_ms
+from fleetplan.simulator import load_trace, map_trace_to_classes, simulate
 from fleetplan.solver.pipeline import plan, resolve_profiles
-from fleetplan.solver.simulate import load_trace, map_trace_to_classes, quantile_params, sample_ms, simulate
 
 ROOT = Path(__file__).resolve().parents[1]
 PAPER = fixtures.request_path("paper")

@@ -390,9 +390,9 @@ def simulate_command(
     from fleetplan.models.codec import decode, encode, read_request
     from fleetplan.models.errors import InputError, PlannerError
     from fleetplan.models.plan import Plan
+    from fleetplan.simulator import simulate
     from fleetplan.solver import plan as solve
     from fleetplan.solver.pipeline import resolve_profiles
-    from fleetplan.solver.simulate import simulate
 
     try:
         if request_file is not None:

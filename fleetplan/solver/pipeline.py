@@ -84,7 +84,7 @@ def plan(request: PlanRequest, store: ProfileStore | None = None, *, with_baseli
     )
     verify(request, result, table)
     if request.verify == "simulate" and status in ("optimal", "feasible"):
-        from fleetplan.solver.simulate import simulate
+        from fleetplan.simulator import simulate
 
         result = msgspec.structs.replace(result, simulation=simulate(request, result, table))
     return result

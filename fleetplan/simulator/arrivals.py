@@ -1,0 +1,112 @@
+"""Who arrives when (docs/simulation.md, "Arrivals" and "Routing"): Poisson streams at the planned rates or
+the rows of an Azure-format trace, then one route per request drawn from the plan's flows."""
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from fleetplan.models.plan import PlanRequest
+
+
+@dataclass(frozen=True)
+class Arrivals:
+    """Requests in arrival order: time (s), class index, output tokens; and the measured-window rows a trace
+    offered that no served class could take (`unrouted`)."""
+
+    source: str  # "poisson" or "trace"
+    times: np.ndarray
+    classes: np.ndarray
+    outputs: np.ndarray
+    unrouted: int = 0
+
+
+def load_trace(source) -> pd.DataFrame:
+    """An Azure LLM inference trace (CSV with TIMESTAMP, ContextTokens, GeneratedTokens) as columns
+    t_s (seconds from the first row), prompt_tokens, output_tokens, sorted by time. `source` is a path or
+    a DataFrame. TIMESTAMP may be a datetime string (the public traces) or a number of seconds."""
+    frame = source if isinstance(source, pd.DataFrame) else pd.read_csv(Path(source))
+    missing = [c for c in ("TIMESTAMP", "ContextTokens", "GeneratedTokens") if c not in frame.columns]
+    if missing:
+        msg = f"trace: missing column(s) {missing}; expected TIMESTAMP,ContextTokens,GeneratedTokens"
+        raise ValueError(msg)
+    stamps = frame["TIMESTAMP"]
+    if pd.api.types.is_numeric_dtype(stamps):
+        seconds = stamps.to_numpy(float)
+    else:
+        parsed = pd.to_datetime(stamps, format="mixed")
+        seconds = (parsed - parsed.min()).dt.total_seconds().to_numpy(float)
+    seconds = seconds - seconds.min()
+    out = pd.DataFrame(
+        {
+            "t_s": seconds,
+            "prompt_tokens": frame["ContextTokens"].to_numpy(np.int64).clip(1),
+            "output_tokens": frame["GeneratedTokens"].to_numpy(np.int64).clip(1),
+        }
+    )
+    return out.sort_values("t_s", kind="stable").reset_index(drop=True)
+
+
+def map_trace_to_classes(request: PlanRequest, trace: pd.DataFrame) -> np.ndarray:
+    """Index of the nearest workload class per trace row: smallest squared distance in
+    (log prompt_tokens, log output_tokens), so 2x too long counts the same at any scale."""
+    lp = np.log(np.array([w.prompt_tokens for w in request.workloads], float))
+    lo = np.log(np.array([w.output_tokens for w in request.workloads], float))
+    tp = np.log(trace["prompt_tokens"].to_numpy(float))[:, None]
+    to = np.log(trace["output_tokens"].to_numpy(float))[:, None]
+    return np.argmin((tp - lp) ** 2 + (to - lo) ** 2, axis=1)
+
+
+def poisson_arrivals(
+    request: PlanRequest, served: np.ndarray, rate_scale: float, t_stop: float, rng: np.random.Generator
+) -> Arrivals:
+    """Class w arrives as a Poisson stream at served(w) x rate_scale on [0, t_stop): the plan's admitted
+    rate, unserved demand being rejected upfront."""
+    times, classes = [], []
+    for c in range(len(request.workloads)):
+        lam = served[c] * rate_scale
+        if lam <= 0:
+            continue
+        count = int(rng.poisson(lam * t_stop))
+        times.append(np.sort(rng.uniform(0.0, t_stop, count)))
+        classes.append(np.full(count, c, np.int64))
+    t_all = np.concatenate(times) if times else np.zeros(0)
+    c_all = np.concatenate(classes) if classes else np.zeros(0, np.int64)
+    order = np.argsort(t_all, kind="stable")
+    t_all, c_all = t_all[order], c_all[order]
+    o_all = np.array([w.output_tokens for w in request.workloads], np.int64)[c_all]
+    return Arrivals("poisson", t_all, c_all, o_all)
+
+
+def trace_arrivals(
+    request: PlanRequest,
+    trace,
+    served: np.ndarray,
+    rate_scale: float,
+    t_stop: float,
+    window: tuple[float, float],
+) -> Arrivals:
+    """The trace's rows before t_stop, times divided by rate_scale, each to its nearest class; rows whose
+    class the plan does not serve are dropped (counted in `unrouted` when inside the measured window)."""
+    frame = load_trace(trace)
+    t_all = frame["t_s"].to_numpy(float) / rate_scale
+    c_all = map_trace_to_classes(request, frame)
+    o_all = frame["output_tokens"].to_numpy(np.int64)
+    keep = t_all < t_stop
+    routed = served[c_all] > 0
+    unrouted = int((keep & ~routed & (t_all >= window[0]) & (t_all < window[1])).sum())
+    keep &= routed
+    return Arrivals("trace", t_all[keep], c_all[keep], o_all[keep], unrouted)
+
+
+def draw_routes(classes: np.ndarray, route_cum: list[list[float]], rng: np.random.Generator) -> np.ndarray:
+    """Per request, the index of its route: inverse CDF of one uniform draw over its class's cumulative
+    route shares (Poisson splitting reproduces the plan's flows)."""
+    u_route = rng.random(len(classes))
+    routes = np.zeros(len(classes), np.int64)
+    for c, cum in enumerate(route_cum):
+        mask = classes == c
+        if mask.any() and cum:
+            routes[mask] = np.minimum(np.searchsorted(cum, u_route[mask], side="right"), len(cum) - 1)
+    return routes
