@@ -3,10 +3,12 @@
 GPU-only: the same MILP restricted to colocated pools on one device type.
 Greedy: classes in order of weight * demand each take their best single pairing (by RPS per device) among
 the devices still free, the per-workload pairing of the original study.
+Both obey the device counts and options.budget_per_hour, like the plan they are compared with.
 """
 
 import dataclasses
 import math
+from dataclasses import dataclass
 
 import msgspec
 import numpy as np
@@ -15,6 +17,19 @@ import pandas as pd
 from fleetplan.models.plan import GpuOnlyBaseline, GreedyBaseline, PlanRequest
 from fleetplan.solver.backends import Sense
 from fleetplan.solver.candidates import Candidates, keep_pools
+
+
+@dataclass(frozen=True)
+class Usage:
+    """What a baseline uses: devices per type and their cost per hour (the Plan shows only its RPS)."""
+
+    devices: dict[str, int]
+    cost_per_hour: float
+
+
+def _usage(request: PlanRequest, devices: dict[str, int]) -> Usage:
+    price = {d.name: d.cost_per_hour for d in request.devices}
+    return Usage(devices, float(sum(price[name] * n for name, n in devices.items())))
 
 
 def baseline_device(request: PlanRequest) -> str | None:
@@ -26,35 +41,53 @@ def baseline_device(request: PlanRequest) -> str | None:
 
 def gpu_only(cand: Candidates, time_limit_s: float) -> GpuOnlyBaseline:
     """Max goodput with colocated pools on the baseline device only: the plan's own candidates, restricted."""
+    return gpu_only_run(cand, time_limit_s)[0]
+
+
+def gpu_only_run(cand: Candidates, time_limit_s: float) -> tuple[GpuOnlyBaseline, Usage]:
+    """The GPU-only baseline and the devices and cost it uses (within the counts and budget_per_hour)."""
+    from fleetplan.solver.extract import solution_from
     from fleetplan.solver.optimize import optimize
 
     request = cand.request
     device = baseline_device(request)
+    idle = _usage(request, {})
     if device is None:
-        return GpuOnlyBaseline(device=None, slo_rps=0.0, reason="no device of kind 'gpu'; set options.baseline_device")
+        return GpuOnlyBaseline(
+            device=None, slo_rps=0.0, reason="no device of kind 'gpu'; set options.baseline_device"
+        ), idle
     if not request.options.allow_colocated:
-        return GpuOnlyBaseline(device=device, slo_rps=0.0, reason="options.allow_colocated is false")
+        return GpuOnlyBaseline(device=device, slo_rps=0.0, reason="options.allow_colocated is false"), idle
     options = msgspec.structs.replace(
         request.options,
         allow_disaggregated=False,
         objective="max_goodput",
-        budget_per_hour=None,
         time_limit_s=max(time_limit_s, 0.05),
     )
     restricted = msgspec.structs.replace(
-        request, devices=[d for d in request.devices if d.name == device], links=[], kv_budget_gbps=None, options=options
+        request,
+        devices=[d for d in request.devices if d.name == device],
+        links=[],
+        kv_budget_gbps=None,
+        options=options,
     )
     on_device = ((cand.pools["role"] == "colocated") & (cand.pools["device"] == device)).to_numpy()
     pools, uses = keep_pools(cand.pools, cand.uses, on_device)
     if uses.empty:
-        return GpuOnlyBaseline(device=device, slo_rps=0.0, reason=f"no colocated candidate on {device} meets any SLO")
+        reason = f"no colocated candidate on {device} meets any SLO"
+        return GpuOnlyBaseline(device=device, slo_rps=0.0, reason=reason), idle
     devices = cand.devices[cand.devices["device"] == device].reset_index(drop=True)
-    restricted_cand = dataclasses.replace(cand, request=restricted, pools=pools, uses=uses, devices=devices, keyed=False)
+    restricted_cand = dataclasses.replace(
+        cand, request=restricted, pools=pools, uses=uses, devices=devices, keyed=False
+    )
     outcome = optimize(restricted, restricted_cand, [("goodput", Sense.MAX)])
     if outcome.values is None:
-        return GpuOnlyBaseline(device=device, slo_rps=0.0, reason=f"solver: {outcome.termination}")
-    served = outcome.values[outcome.columns.use_offset : outcome.columns.chain_offset]
-    return GpuOnlyBaseline(device=device, slo_rps=round(float(served.sum()), 9))
+        return GpuOnlyBaseline(device=device, slo_rps=0.0, reason=f"solver: {outcome.termination}"), idle
+    solution = solution_from(restricted_cand, outcome.columns, outcome.values)
+    used = int(solution.instances @ pools["tp"].to_numpy())
+    return GpuOnlyBaseline(device=device, slo_rps=round(float(solution.flow.sum()), 9)), _usage(
+        request, {device: used}
+    )
 
 
 def _per_instance(cand: Candidates, uses: pd.DataFrame) -> np.ndarray:
@@ -110,37 +143,65 @@ def _pairings(cand: Candidates) -> pd.DataFrame:
     return table.sort_values(["w", "cost"], kind="stable").reset_index(drop=True)
 
 
-def _serve(pairing, demand: float, free: dict[str, float], kv: float, links: dict, kv_budget: float) -> tuple:
-    """Largest s <= demand one pairing can carry with the free devices; the instances it needs."""
+def _affordable(budget: float, price: float) -> float:
+    """How many units at `price` the budget buys (inf when free or unbounded)."""
+    if price <= 0 or math.isinf(budget):
+        return math.inf
+    return math.floor((budget + 1e-9) / price)
+
+
+def _serve(
+    pairing,
+    demand: float,
+    free: dict[str, float],
+    kv: float,
+    links: dict,
+    kv_budget: float,
+    budget: float,
+    price: dict,
+) -> tuple:
+    """Largest s <= demand one pairing can carry with the free devices and budget left; the instances needed.
+
+    Partial service: when the full demand does not fit, s is what the devices and the budget allow.
+    """
     dp, tp_p, per_p = pairing.device_p, int(pairing.tp_p), pairing.per_p
     dd, tp_d, per_d = pairing.device_d, int(pairing.tp_d), pairing.per_d
+    cost_p = tp_p * price[dp]
+    cost_d = 0.0 if dd is None else tp_d * price[dd]
     cap = demand
     if dd is not None:
         link_left = links.get((dp, dd), math.inf)
         cross_left = kv_budget if dp != dd else math.inf
         cap = min(cap, link_left / kv, cross_left / kv)
-    best = (0.0, 0, 0)
-    for n_p in range(1, int(free[dp] // tp_p) + 1):
+    best = 0.0
+    max_p = min(int(free[dp] // tp_p), _affordable(budget, cost_p))
+    for n_p in range(1, int(max_p) + 1):
         s = min(cap, n_p * per_p)
-        if dd is None:
-            best = max(best, (s, n_p, 0))
-            continue
-        left_d = free[dd] - (n_p * tp_p if dd == dp else 0)
-        s = min(s, (left_d // tp_d) * per_d)
-        if s > best[0]:
-            best = (s, n_p, 0)
-        if s >= cap:
+        if dd is not None:
+            left_d = free[dd] - (n_p * tp_p if dd == dp else 0)
+            n_d = min(left_d // tp_d, _affordable(budget - n_p * cost_p, cost_d))
+            s = min(s, n_d * per_d)
+        best = max(best, s)
+        if best >= cap:
             break
-    s = best[0]
-    if s <= 0:
+    if best <= 0:
         return 0.0, 0, 0
-    n_p = math.ceil(s / per_p - 1e-9)
-    n_d = 0 if dd is None else math.ceil(s / per_d - 1e-9)
-    return s, n_p, n_d
+    n_p = math.ceil(best / per_p - 1e-9)
+    n_d = 0 if dd is None else math.ceil(best / per_d - 1e-9)
+    return best, n_p, n_d
 
 
 def greedy(cand: Candidates) -> GreedyBaseline:
     """Classes by weight * demand, each served by its best single pairing on the devices left."""
+    return greedy_run(cand)[0]
+
+
+def greedy_run(cand: Candidates) -> tuple[GreedyBaseline, Usage]:
+    """The greedy baseline and the devices and cost it uses (within the counts and budget_per_hour).
+
+    Per class, in order of weight * demand: the best pairing (by devices per RPS) that can serve anything
+    on the devices and budget left serves as much of the class as they allow.
+    """
     request = cand.request
     classes = cand.classes
     free = {d.name: float(d.count) for d in request.devices}
@@ -152,7 +213,7 @@ def greedy(cand: Candidates) -> GreedyBaseline:
     order = np.argsort(-(classes["weight"] * classes["rate_rps"]).to_numpy(), kind="stable")
     served_total = 0.0
     if cand.uses.empty:
-        return GreedyBaseline(slo_rps=0.0)
+        return GreedyBaseline(slo_rps=0.0), _usage(request, {})
     pairings = _pairings(cand)
     by_class = dict(tuple(pairings.groupby("w", sort=False)))
     for w in order:
@@ -162,9 +223,11 @@ def greedy(cand: Candidates) -> GreedyBaseline:
         kv = float(classes.at[w, "kv_gbit"])
         for pairing in by_class[w].itertuples(index=False):
             need_p = pairing.tp_p + (pairing.tp_d if pairing.device_d == pairing.device_p else 0)
-            if free[pairing.device_p] < need_p or (pairing.device_d is not None and free[pairing.device_d] < pairing.tp_d):
+            if free[pairing.device_p] < need_p or (
+                pairing.device_d is not None and free[pairing.device_d] < pairing.tp_d
+            ):
                 continue
-            s, n_p, n_d = _serve(pairing, demand, free, kv, links, kv_budget)
+            s, n_p, n_d = _serve(pairing, demand, free, kv, links, kv_budget, budget, price)
             spend = n_p * pairing.tp_p * price[pairing.device_p]
             if pairing.device_d is not None:
                 spend += n_d * pairing.tp_d * price[pairing.device_d]
@@ -181,4 +244,5 @@ def greedy(cand: Candidates) -> GreedyBaseline:
                     kv_budget -= s * kv
             served_total += s
             break
-    return GreedyBaseline(slo_rps=round(served_total, 9))
+    used = {d.name: int(round(d.count - free[d.name])) for d in request.devices if free[d.name] < d.count}
+    return GreedyBaseline(slo_rps=round(served_total, 9)), _usage(request, used)
