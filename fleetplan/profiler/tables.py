@@ -1,4 +1,5 @@
-"""Profile tables: load, check, hash. Checks are named functions that name the bad rows; gaps are never filled.
+"""Profile tables: load, check, hash, interpolate. Checks are named functions that name the bad rows; gaps are
+never filled.
 
 A table is a pandas DataFrame with the key columns (model, device, tp, batch, prompt_tokens), the six latency
 columns (NaN where a percentile was not given) and `source`.
@@ -95,7 +96,13 @@ def check_unique_keys(frame: pd.DataFrame) -> None:
         raise ProfileMissing(msg, field="profiles")
 
 
-CHECKS = (check_columns, check_keys_valid, check_latencies_positive, check_percentiles_ordered, check_unique_keys)
+CHECKS = (
+    check_columns,
+    check_keys_valid,
+    check_latencies_positive,
+    check_percentiles_ordered,
+    check_unique_keys,
+)
 
 
 def normalize(frame: pd.DataFrame) -> pd.DataFrame:
@@ -260,6 +267,55 @@ def merge_tables(tables: list[ProfileTable]) -> pd.DataFrame:
     if clash.any():
         first = merged[clash].sort_values(list(KEY_COLUMNS)).head(2)
         where = " and ".join(f"set {name!r}" for name in first["set_name"])
-        msg = f"the same point is in {where}: {_rows_label(merged, clash)}; merge sets that measured different points"
+        msg = (
+            f"the same point is in {where}: {_rows_label(merged, clash)}; "
+            "merge sets that measured different points"
+        )
         raise ProfileMissing(msg, field="sets")
     return merged.drop(columns="set_name")
+
+
+# --- latency at a prompt length: the one interpolator the solver and the simulator share -----------------
+
+PROFILE_GROUP = ["model", "device", "tp", "batch"]
+
+
+def latency_at_prompt(frame: pd.DataFrame, queries: pd.DataFrame) -> pd.DataFrame:
+    """The six latency columns of every profiled (device, tp, batch) of each query's model, at its prompt.
+
+    `queries` has `model` and `prompt_tokens` (and any columns to carry along, e.g. a class index). The
+    result has one row per (query, device, tp, batch) profiled for the query's model, in query order then
+    (device, tp, batch) order: the query's columns, device, tp, batch, the six `LATENCY_COLUMNS` and
+    `in_range`.
+
+    Each latency is linear in prompt_tokens between the two profiled rows that bracket the prompt (the
+    nearest at or below it and the nearest at or above it; one row when the prompt is profiled), computed
+    as np.interp does: `(hi - lo) / (p_hi - p_lo) * (prompt - p_lo) + lo`. Outside the profiled range every
+    column is NaN (`in_range` False): never extrapolated.
+
+    A percentile missing (NaN) at one prompt length: the value is NaN exactly where that prompt length is
+    one of the two bracketing rows (a gap is never filled from farther rows), and unaffected elsewhere.
+    Each percentile is interpolated on its own, so a missing p99 does not hide p50 and p90.
+    """
+    groups = frame[PROFILE_GROUP].drop_duplicates()
+    left = queries.reset_index(drop=True).reset_index(names="_query").merge(groups, on="model")
+    left = left.sort_values("prompt_tokens", kind="stable")
+    right = frame[[*PROFILE_GROUP, "prompt_tokens", *LATENCY_COLUMNS]]
+    right = right.rename(columns={"prompt_tokens": "p_at"})
+    right = right.sort_values("p_at", kind="stable")
+    on = {"left_on": "prompt_tokens", "right_on": "p_at", "by": PROFILE_GROUP}
+    below = pd.merge_asof(left[[*PROFILE_GROUP, "prompt_tokens"]], right, direction="backward", **on)
+    above = pd.merge_asof(left[[*PROFILE_GROUP, "prompt_tokens"]], right, direction="forward", **on)
+    p = left["prompt_tokens"].to_numpy(float)
+    p_lo, p_hi = below["p_at"].to_numpy(float), above["p_at"].to_numpy(float)
+    in_range = np.isfinite(p_lo) & np.isfinite(p_hi)
+    span = np.where(in_range, p_hi - p_lo, 0.0)
+    out = left.copy()
+    with np.errstate(invalid="ignore", divide="ignore"):
+        for column in LATENCY_COLUMNS:
+            lo, hi = below[column].to_numpy(float), above[column].to_numpy(float)
+            between = (hi - lo) / np.where(span > 0, span, 1.0) * (p - p_lo) + lo
+            out[column] = np.where(in_range, np.where(span > 0, between, lo), np.nan)
+    out["in_range"] = in_range
+    out = out.sort_values(["_query", "device", "tp", "batch"], kind="stable").drop(columns="_query")
+    return out.reset_index(drop=True)

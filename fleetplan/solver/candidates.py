@@ -101,34 +101,24 @@ def check_profiles_cover(request: PlanRequest, table: ProfileTable) -> None:
 
 
 def interpolate_latency(classes: pd.DataFrame, table: ProfileTable) -> pd.DataFrame:
-    """TTFT and TBT of every class on every profiled (device, tp, batch) of its model, at its prompt length.
+    """TTFT and TBT of every class on every profiled (device, tp, batch) of its model, at its prompt length
+    and at its SLO percentile.
 
-    Linear in prompt_tokens between the nearest profiled points below and above (merge_asof both ways);
-    NaN outside the profiled range, never extrapolated.
+    The one latency-at-prompt interpolator, shared with the simulator (`profiler.tables.latency_at_prompt`):
+    linear in prompt_tokens between the two profiled rows bracketing the prompt; NaN outside the profiled
+    range (never extrapolated) and NaN where the percentile is missing at one of the bracketing rows.
     """
-    frame = table.frame
-    groups = frame[_GROUP].drop_duplicates()
-    left = (
-        classes.reset_index(names="w")[["w", "model", "prompt_tokens", "percentile"]]
-        .merge(groups, on="model")
-        .sort_values("prompt_tokens", kind="stable")
-    )
-    right = frame.rename(columns={"prompt_tokens": "p_at"}).sort_values("p_at", kind="stable")
-    below = pd.merge_asof(left, right, left_on="prompt_tokens", right_on="p_at", by=_GROUP, direction="backward")
-    above = pd.merge_asof(left, right, left_on="prompt_tokens", right_on="p_at", by=_GROUP, direction="forward")
-    p = left["prompt_tokens"].to_numpy(float)
-    p_lo, p_hi = below["p_at"].to_numpy(float), above["p_at"].to_numpy(float)
-    span = p_hi - p_lo
-    frac = np.divide(p - p_lo, span, out=np.zeros_like(p), where=span > 0)
-    which = np.searchsorted(PERCENTILES, left["percentile"].to_numpy())
-    out = left[["w", "device", "tp", "batch"]].copy()
+    from fleetplan.profiler.tables import latency_at_prompt
+
+    queries = classes.reset_index(names="w")[["w", "model", "prompt_tokens", "percentile"]]
+    points = latency_at_prompt(table.frame, queries)
+    which = np.searchsorted(PERCENTILES, points["percentile"].to_numpy())
+    rows = np.arange(len(points))
+    out = points[["w", "device", "tp", "batch"]].copy()
     for metric in ("ttft", "tbt"):
-        columns = [f"{metric}_ms_p{q}" for q in PERCENTILES]
-        lo = below[columns].to_numpy(float)[np.arange(len(left)), which]
-        hi = above[columns].to_numpy(float)[np.arange(len(left)), which]
-        out[f"{metric}_ms"] = lo + frac * (hi - lo)
-    out["in_range"] = np.isfinite(p_lo) & np.isfinite(p_hi)
-    return out.sort_values(["w", "device", "tp", "batch"], kind="stable").reset_index(drop=True)
+        out[f"{metric}_ms"] = points[[f"{metric}_ms_p{q}" for q in PERCENTILES]].to_numpy(float)[rows, which]
+    out["in_range"] = points["in_range"].to_numpy()
+    return out
 
 
 def _usable(latency: pd.DataFrame, request: PlanRequest, devices: pd.DataFrame) -> pd.DataFrame:
