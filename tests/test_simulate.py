@@ -4,6 +4,7 @@ from pathlib import Path
 
 import msgspec
 import numpy as np
+import pandas as pd
 import pytest
 
 from fleetplan import fixtures
@@ -172,3 +173,32 @@ def test_quantile_sampler_reproduces_percentiles():
     samples = np.array([sample_ms(params, z) for z in rng.standard_normal(200_000)])
     assert np.percentile(samples, [50, 90, 99]) == pytest.approx([10.0, 14.0, 20.0], rel=0.02)
     assert sample_ms(quantile_params(5.0, float("nan"), float("nan")), 3.0) == pytest.approx(5.0)
+
+
+def test_trace_rows_naming_a_model_go_to_that_models_classes(paper_headroom):
+    """With a `model` column a row may only take a class of its model (nearest among them); rows of a model
+    with no class are unrouted. Without the column, the same shapes go to the first (llama-3.2-1b) classes."""
+    request, result, table = paper_headroom
+    shapes = [
+        (100, 120, "llama-3.2-3b"),
+        (600, 130, "mistral-7b"),
+        (2000, 100, "llama-3.2-1b"),
+        (130, 140, "gpt-x"),
+    ]
+    rows = [(0.25 * i, *shapes[i % 4]) for i in range(40)]
+    frame = pd.DataFrame(rows, columns=["TIMESTAMP", "ContextTokens", "GeneratedTokens", "model"])
+    mapped = map_trace_to_classes(request, load_trace(frame))
+    names = [request.workloads[i].name if i >= 0 else None for i in mapped[:4]]
+    assert names == ["3b-short", "mistral-medium", "1b-long", None]
+    blind = map_trace_to_classes(request, load_trace(frame.drop(columns="model")))
+    assert [request.workloads[i].name for i in blind[:4]] == ["1b-short", "1b-medium", "1b-long", "1b-short"]
+
+    served = {w.name: w.served_rps > 0 for w in result.workloads}
+    report = simulate(request, result, table, duration_s=20.0, warmup_s=0.0, trace=frame, seed=0)
+    by_name = {c.name: c for c in report.classes}
+    named = ("3b-short", "mistral-medium", "1b-long")
+    for name in named:  # a class the plan does not serve gets nothing: its rows are unrouted
+        assert by_name[name].arrivals == (10 if served[name] else 0)
+    assert by_name["1b-short"].arrivals == 0
+    assert report.unrouted == 10 + 10 * sum(not served[name] for name in named)
+    assert report.arrivals == 10 * sum(served[name] for name in named)

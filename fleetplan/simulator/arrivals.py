@@ -25,7 +25,8 @@ class Arrivals:
 def load_trace(source) -> pd.DataFrame:
     """An Azure LLM inference trace (CSV with TIMESTAMP, ContextTokens, GeneratedTokens) as columns
     t_s (seconds from the first row), prompt_tokens, output_tokens, sorted by time. `source` is a path or
-    a DataFrame. TIMESTAMP may be a datetime string (the public traces) or a number of seconds."""
+    a DataFrame. TIMESTAMP may be a datetime string (the public traces) or a number of seconds. An optional
+    `model` column (the model each request names) is kept as `model`."""
     frame = source if isinstance(source, pd.DataFrame) else pd.read_csv(Path(source))
     missing = [c for c in ("TIMESTAMP", "ContextTokens", "GeneratedTokens") if c not in frame.columns]
     if missing:
@@ -45,17 +46,27 @@ def load_trace(source) -> pd.DataFrame:
             "output_tokens": frame["GeneratedTokens"].to_numpy(np.int64).clip(1),
         }
     )
+    if "model" in frame.columns:
+        out["model"] = frame["model"].astype(str).to_numpy()
     return out.sort_values("t_s", kind="stable").reset_index(drop=True)
 
 
 def map_trace_to_classes(request: PlanRequest, trace: pd.DataFrame) -> np.ndarray:
     """Index of the nearest workload class per trace row: smallest squared distance in
-    (log prompt_tokens, log output_tokens), so 2x too long counts the same at any scale."""
+    (log prompt_tokens, log output_tokens), so 2x too long counts the same at any scale; ties to the first
+    class listed. When the trace has a `model` column a row may only go to a class of its model; a row whose
+    model no class has gets -1."""
     lp = np.log(np.array([w.prompt_tokens for w in request.workloads], float))
     lo = np.log(np.array([w.output_tokens for w in request.workloads], float))
     tp = np.log(trace["prompt_tokens"].to_numpy(float))[:, None]
     to = np.log(trace["output_tokens"].to_numpy(float))[:, None]
-    return np.argmin((tp - lp) ** 2 + (to - lo) ** 2, axis=1)
+    distance = (tp - lp) ** 2 + (to - lo) ** 2
+    if "model" not in trace.columns:
+        return np.argmin(distance, axis=1)
+    models = np.array([w.model for w in request.workloads], dtype=object)
+    allowed = trace["model"].to_numpy(dtype=object)[:, None] == models[None, :]
+    nearest = np.argmin(np.where(allowed, distance, np.inf), axis=1)
+    return np.where(allowed.any(axis=1), nearest, -1)
 
 
 def poisson_arrivals(
@@ -87,14 +98,15 @@ def trace_arrivals(
     t_stop: float,
     window: tuple[float, float],
 ) -> Arrivals:
-    """The trace's rows before t_stop, times divided by rate_scale, each to its nearest class; rows whose
-    class the plan does not serve are dropped (counted in `unrouted` when inside the measured window)."""
+    """The trace's rows before t_stop, times divided by rate_scale, each to its nearest class; rows with no
+    class (their model has none) or whose class the plan does not serve are dropped (counted in `unrouted`
+    when inside the measured window)."""
     frame = load_trace(trace)
     t_all = frame["t_s"].to_numpy(float) / rate_scale
     c_all = map_trace_to_classes(request, frame)
     o_all = frame["output_tokens"].to_numpy(np.int64)
     keep = t_all < t_stop
-    routed = served[c_all] > 0
+    routed = (c_all >= 0) & (served[np.maximum(c_all, 0)] > 0)
     unrouted = int((keep & ~routed & (t_all >= window[0]) & (t_all < window[1])).sum())
     keep &= routed
     return Arrivals("trace", t_all[keep], c_all[keep], o_all[keep], unrouted)
