@@ -314,7 +314,9 @@ class FlowLp:
 
 def build_flow_lp(request: PlanRequest, cand: Candidates) -> FlowLp:
     workloads = {w.name: w for w in request.workloads}
-    rho = request.options.max_utilization
+    # the flat capacity model (v1): one headroom on every pool, NIC and link (docs/formulation.md)
+    assert request.options.capacity_model == "flat", "the oracle implements the flat capacity model"
+    rho = request.options.max_utilization if request.options.max_utilization is not None else 0.5
     devices = {d.name: d for d in request.devices}
     pools = cand.pools
     pool_index = {pool: i for i, pool in enumerate(pools)}
@@ -367,7 +369,7 @@ def build_flow_lp(request: PlanRequest, cand: Candidates) -> FlowLp:
             if (pool.role == "prefill" and p == pool) or (pool.role == "decode" and d == pool):
                 row[col[("z", w, p, d)]] += gbit[w]
         x_coef = np.zeros(len(pools))
-        x_coef[pool_index[pool]] = pool.tp * nic
+        x_coef[pool_index[pool]] = rho * pool.tp * nic
         add_ub(row, 0.0, x_coef, f"nic {pool}")
 
     # 6. Links and the fleet-wide KV budget between different device types, at rho of their budgets (the

@@ -229,6 +229,7 @@ def tiny_request_dicts(
     options: dict[str, Any] = {
         "objective": objective,
         "pooling": pooling,
+        "capacity_model": "flat",  # the oracle's model (tests/oracle.py)
         "max_utilization": draw(st.sampled_from([0.9, 0.9, 1.0, 0.75, 0.5])),
         "allow_colocated": roles[0],
         "allow_disaggregated": roles[1],

@@ -100,7 +100,7 @@ def make_request(
             "kv_budget_gbps": kv_budget,
             "models": [{"name": "m1", "kv_bytes_per_token": kv}],
             "profiles": {"rows": rows},
-            "options": {"mip_rel_gap": 1e-9, "max_utilization": RHO, **options},
+            "options": {"mip_rel_gap": 1e-9, "capacity_model": "flat", "max_utilization": RHO, **options},
         },
         PlanRequest,
     )

@@ -7,7 +7,7 @@ import pytest
 from fleetplan import fixtures
 from fleetplan.models.codec import read_request
 from fleetplan.models.errors import PlanVerificationError, ProfileMissing
-from fleetplan.models.plan import Plan, PlanRequest
+from fleetplan.models.plan import Options, Plan, PlanRequest
 from fleetplan.models.workload import CATALOG
 from fleetplan.profiler.tables import from_rows
 from fleetplan.solver import plan
@@ -93,7 +93,9 @@ def test_paper_plan_beats_gpu_only_and_is_at_least_greedy():
 
 
 def test_scarce_gpus_fleet_wide_milp_strictly_beats_greedy():
-    result = checked(fixture_request("scarce_gpus"))
+    """Under the v1 (flat) capacity model, the paper's story: the one GPU prefills for the accelerators."""
+    request = fixture_request("scarce_gpus")
+    result = checked(msgspec.structs.replace(request, options=Options(capacity_model="flat")))
     assert result.baselines is not None
     assert result.slo_rps > result.baselines.greedy.slo_rps * 1.01
     prefill_devices = {r.prefill.device for w in result.workloads for r in w.routes if r.prefill is not None}
@@ -104,12 +106,12 @@ def test_scarce_gpus_fleet_wide_milp_strictly_beats_greedy():
 def test_link_fixture_budget_binds_and_costs_goodput():
     request = fixture_request("link_bound")
     result = checked(request)
-    rho = request.options.max_utilization  # bandwidth budgets are planned at rho, like instances
-    budgets = {(link.source, link.target): rho * link.gbps for link in request.links}
+    # bandwidth budgets are planned at their headroom (the capacity model's M/D/1 cap), like instances
+    budgets = {(link.source, link.target): link.headroom * link.budget_gbps for link in result.links if link.budget_gbps}
     used = {(link.source, link.target): link.gbps for link in result.links}
     cross = sum(v for (s, t), v in used.items() if s != t)
     binding = [pair for pair, cap in budgets.items() if used.get(pair, 0.0) >= cap * (1 - 1e-6)]
-    kv_cap = None if request.kv_budget_gbps is None else rho * request.kv_budget_gbps
+    kv_cap = None if request.kv_budget_gbps is None else result.kv_budget_headroom * request.kv_budget_gbps
     assert binding or (kv_cap is not None and cross >= kv_cap * (1 - 1e-6))
     unlimited = msgspec.structs.replace(request, links=[], kv_budget_gbps=None)
     assert plan(unlimited).slo_rps > result.slo_rps + 1e-6
@@ -159,7 +161,10 @@ def test_device_capacity_is_named_when_demand_exceeds_fleet():
 
 
 def test_model_pooling_never_worse_than_class_pooling():
+    """A theorem of the flat model (a shared pool can run any class-pooled plan). Under the queueing model
+    a shared pool's headroom level takes the tightest NIC cap of the classes it may carry, so it can lose."""
     request = small_request()
+    request = msgspec.structs.replace(request, options=msgspec.structs.replace(request.options, capacity_model="flat"))
     by_class = msgspec.structs.replace(request, options=msgspec.structs.replace(request.options, pooling="class"))
     assert weighted(request, checked(request)) >= weighted(by_class, checked(by_class)) - 1e-6
 
@@ -183,7 +188,7 @@ def test_cost_tie_break_uses_no_more_devices_than_needed():
 
 
 def test_min_cost_serves_everything_when_possible():
-    request = small_request(devices=[{"name": "gpu", "count": 20, "cost_per_hour": 3}, {"name": "acc", "count": 20, "cost_per_hour": 1}])
+    request = small_request(devices=[{"name": "gpu", "count": 60, "cost_per_hour": 3}, {"name": "acc", "count": 60, "cost_per_hour": 1}])
     cheap = msgspec.structs.replace(request, options=msgspec.structs.replace(request.options, objective="min_cost"))
     result = checked(cheap)
     assert result.status == "optimal"
@@ -280,7 +285,7 @@ def test_verify_checks_latencies_against_the_profile(paper_plan):
     request, result = paper_plan
     first = result.workloads[0]
     route = first.routes[0]
-    faster = msgspec.structs.replace(route, tbt_ms=route.tbt_ms * 0.5)
+    faster = msgspec.structs.replace(route, step_ms=route.step_ms * 0.5)
     tampered = msgspec.structs.replace(
         result, workloads=[msgspec.structs.replace(first, routes=[faster, *first.routes[1:]]), *result.workloads[1:]]
     )

@@ -21,6 +21,7 @@ from fleetplan.models.workload import CATALOG, ModelSpec, Workload
 
 Objective = Literal["max_goodput", "min_cost", "max_min_fraction"]
 Pooling = Literal["model", "class"]
+CapacityModel = Literal["queueing", "flat"]
 SolverName = Literal["highs", "pyomo", "ortools"]
 Role = Literal["prefill", "decode", "colocated"]
 Status = Literal["optimal", "feasible", "infeasible", "no_candidates"]
@@ -30,9 +31,12 @@ class Options(Base):
     """Every knob has a default, so `{}` is a valid Options."""
 
     objective: Objective = "max_goodput"
-    # 0.5 from evidence: the highest value whose simulated SLO attainment stays >= 99% on every fixture
-    # (bench/headroom_sweep.py, docs/simulation.md); it derates instances, NICs and link budgets alike.
-    max_utilization: Fraction = 0.5
+    # "queueing": each (class, pool), NIC and link gets the admissible load that keeps the class's SLO
+    # percentile with the waits included (fleetplan/solver/capacity.py, docs/formulation.md); "flat": the
+    # v1 model, every pool, NIC and link derated by max_utilization (0.5 when not given).
+    capacity_model: CapacityModel = "queueing"
+    # under "queueing" an optional cap on every admissible utilization; under "flat" the uniform headroom
+    max_utilization: Fraction | None = None
     pooling: Pooling = "model"
     batch_sizes: list[PositiveInt] | None = None
     tp_degrees: list[PositiveInt] | None = None
@@ -113,12 +117,16 @@ class PoolRef(Base):
     device: Name
     tp: PositiveInt
     batch: PositiveInt
+    group: Count = 0  # which group of pools with this (device, tp, batch): Pool.group
 
 
 class Route(Base):
     """RPS of one class through one prefill->decode pool pair, or through one colocated pool.
 
-    `ttft_ms` = `prefill_ms` + `kv_transfer_ms`, at the class's SLO percentile; `kv_gbps` is the KV traffic.
+    `ttft_ms` and `tbt_ms` are the capacity model's predictions at the class's SLO percentile with the
+    waits included (queue, batch formation, decode slots, KV queues) at the plan's load; `prefill_ms`,
+    `kv_transfer_ms` and `step_ms` are the service times alone (profile at the percentile, full batch), so
+    `ttft_ms` >= `prefill_ms` + `kv_transfer_ms` and `tbt_ms` >= `step_ms`. `kv_gbps` is the KV traffic.
     """
 
     prefill: PoolRef | None
@@ -130,6 +138,7 @@ class Route(Base):
     kv_gbps: Gbps
     prefill_ms: NonNegFloat
     kv_transfer_ms: NonNegFloat
+    step_ms: NonNegFloat = 0.0
 
 
 class WorkloadResult(Base):
@@ -153,6 +162,11 @@ class Pool(Base):
     instances: Count
     utilization: NonNegFloat
     workload: Name | None = None
+    # the admissible utilization of this pool (capacity model); `utilization` never exceeds it
+    headroom: Fraction = 1.0
+    # 0, or 1, 2, ... for further groups of the same (model, role, device, tp, batch) run at a lower
+    # headroom because they carry classes with tighter SLOs (docs/formulation.md, "Headroom levels")
+    group: Count = 0
 
 
 class DeviceUse(Base):
@@ -168,6 +182,8 @@ class LinkUse(Base):
     target: Name
     gbps: Gbps
     budget_gbps: Gbps | None
+    # the share of budget_gbps the plan may use (capacity model: max_utilization, or the M/D/1 cap)
+    headroom: Fraction | None = None
 
 
 class GpuOnlyBaseline(Base):
@@ -228,6 +244,8 @@ class Plan(Base):
     profile_set: ProfileSetInfo
     warnings: list[str] = []
     simulation: SimulationReport | None = None
+    # the share of kv_budget_gbps the plan may use (null without a fleet KV budget)
+    kv_budget_headroom: Fraction | None = None
 
 
 __all__ = [

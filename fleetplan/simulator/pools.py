@@ -114,7 +114,8 @@ def build_fleet(request: PlanRequest, plan: Plan, table: ProfileTable) -> Fleet:
         rp = PoolState(i, p)
         rp.instances = [Instance(rp, nic[p.device] * p.tp, p.device) for _ in range(p.instances)]
         pools.append(rp)
-        by_key[(p.workload or p.model, p.role, p.device, p.tp, p.batch)] = rp
+        # a plan may run several separate groups of one pool shape (Pool.group: headroom levels)
+        by_key[(p.workload or p.model, p.role, p.device, p.tp, p.batch, p.group)] = rp
     book = CurveBook(table)
     specs = request.model_specs()
     routes, route_cum, kv_gbit = [], [], []
@@ -142,7 +143,7 @@ def build_fleet(request: PlanRequest, plan: Plan, table: ProfileTable) -> Fleet:
 
 def _serve(by_key: dict, book: CurveBook, w_index: int, w, owner: str, role: str, ref) -> PoolState:
     """The pool a route hop names; the first time it serves class w, its TTFT and TBT curves for w."""
-    key = (owner, role, ref.device, ref.tp, ref.batch)
+    key = (owner, role, ref.device, ref.tp, ref.batch, ref.group)
     if key not in by_key or not by_key[key].instances:
         msg = f"class {w.name!r}: route uses pool {key} that the plan does not provision"
         raise ValueError(msg)

@@ -91,11 +91,11 @@ def gpu_only_run(cand: Candidates, time_limit_s: float) -> tuple[GpuOnlyBaseline
 
 
 def _per_instance(cand: Candidates, uses: pd.DataFrame) -> np.ndarray:
-    """RPS one instance can carry: rho * rate, and for disaggregated pools no more than its NIC moves."""
-    rho = cand.request.options.max_utilization
+    """RPS one instance can carry: headroom * rate, and for disaggregated pools no more than its NIC moves."""
     kv = uses["kv_gbit"].to_numpy()
-    nic_limit = np.where(uses["role"].to_numpy() == "colocated", np.inf, uses["bw_gbps"].to_numpy() / kv)
-    return np.minimum(rho * uses["rate_rps"].to_numpy(), nic_limit)
+    nic_bw = uses["bw_gbps"].to_numpy() * uses["nic_rho"].to_numpy()
+    nic_limit = np.where(uses["role"].to_numpy() == "colocated", np.inf, nic_bw / kv)
+    return np.minimum(uses["rho"].to_numpy() * uses["rate_rps"].to_numpy(), nic_limit)
 
 
 def _pairings(cand: Candidates) -> pd.DataFrame:
@@ -205,9 +205,9 @@ def greedy_run(cand: Candidates) -> tuple[GreedyBaseline, Usage]:
     request = cand.request
     classes = cand.classes
     free = {d.name: float(d.count) for d in request.devices}
-    rho = request.options.max_utilization  # bandwidth budgets carry the same headroom as in the MILP
-    links = {(link.source, link.target): rho * link.gbps for link in request.links}
-    kv_budget = math.inf if request.kv_budget_gbps is None else rho * request.kv_budget_gbps
+    rho = cand.link_rho  # bandwidth budgets carry the same headroom as in the MILP
+    links = {(link.source, link.target): rho[(link.source, link.target)] * link.gbps for link in request.links}
+    kv_budget = math.inf if request.kv_budget_gbps is None else rho[None] * request.kv_budget_gbps
     budget = math.inf if request.options.budget_per_hour is None else request.options.budget_per_hour
     price = {d.name: d.cost_per_hour for d in request.devices}
     order = np.argsort(-(classes["weight"] * classes["rate_rps"]).to_numpy(), kind="stable")

@@ -19,9 +19,11 @@ from fleetplan.models.errors import ProfileMissing
 from fleetplan.models.plan import PlanRequest
 from fleetplan.models.profile import PERCENTILES
 from fleetplan.profiler.tables import ProfileTable
+from fleetplan.solver import capacity
 
 ROLES = ("prefill", "decode", "colocated")
 ANY_DEVICE = "*"
+FLAT_DEFAULT = 0.5  # flat headroom when max_utilization is not given (the v1 default, from the headroom sweep)
 _GROUP = ["model", "device", "tp", "batch"]
 
 
@@ -45,6 +47,8 @@ class Candidates:
     uses: pd.DataFrame
     devices: pd.DataFrame
     keyed: bool
+    link_rho: dict  # (source, target) -> headroom of that link budget; None -> of kv_budget_gbps
+    table: ProfileTable | None = None  # the profile set, for the capacity model's latency predictions
 
 
 def class_table(request: PlanRequest) -> pd.DataFrame:
@@ -199,18 +203,23 @@ def flow_tiers(uses: pd.DataFrame, classes: pd.DataFrame, keyed: bool) -> pd.Dat
     kv = pairs["kv_gbit"].to_numpy()
     slo = classes.loc[pairs["w"], "ttft_slo_ms"].to_numpy()
     t_kv = transfer_ms(kv, pairs["bw_gbps"].to_numpy(), pairs["decode_bw"].to_numpy())
-    reach = pairs[pairs["ttft_ms"].to_numpy() + t_kv <= slo * (1 + 1e-12)]
-    levels = reach.groupby(["w", "device", "tp", "batch", "key"], as_index=False)["tier"].max()
+    reaches = pairs["ttft_ms"].to_numpy() + t_kv <= slo * (1 + 1e-12)
+    reach = pairs[reaches].assign(t_kv_ms=t_kv[reaches])
+    # the level is the last tier reached; its transfer is the slowest one the prefill use may make
+    by_use = ["w", "device", "tp", "batch", "key"]
+    worst = reach.sort_values("tier", kind="stable").groupby(by_use, as_index=False).last()
+    levels = worst[["w", "device", "tp", "batch", "key", "tier", "t_kv_ms", "decode_bw"]]
     prefill = prefill.merge(levels, on=["w", "device", "tp", "batch"]).rename(columns={"tier": "level"})
     prefill["tier"] = -1
-    others = uses[uses["role"] != "prefill"].assign(level=-1)
+    others = uses[uses["role"] != "prefill"].assign(level=-1, t_kv_ms=0.0, decode_bw=np.inf)
     return pd.concat([others, prefill], ignore_index=True)
 
 
 def attach_pools(uses: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Number the pools (owner, role, device, tp, batch) that at least one use needs."""
-    key = ["owner", "role", "device", "tp", "batch"]
-    pools = uses[[*key, "model"]].drop_duplicates(key).sort_values(key, kind="stable").reset_index(drop=True)
+    key = ["owner", "role", "device", "tp", "batch", "rho"]
+    columns = [*key, "model", "nic_rho"]
+    pools = uses[columns].drop_duplicates(key).sort_values(key, kind="stable").reset_index(drop=True)
     pools.index.name = "pool"
     uses = uses.merge(pools.reset_index()[[*key, "pool"]], on=key)
     return pools, uses
@@ -220,15 +229,21 @@ def drop_dominated_pools(pools: pd.DataFrame, uses: pd.DataFrame) -> tuple[pd.Da
     """Drop pools another pool of the same (owner, role, device, tp) makes useless, and renumber.
 
     Pool A dominates pool B when every (class, key) use of B is also a use of A with at least B's
-    per-instance rate and (prefill) at least B's level. Both use the same devices, cost and NIC per
+    admissible per-instance rate (rate x headroom), NIC headroom and (prefill) level. Both use the same devices, cost and NIC per
     instance, so any plan with B instances can run them as A instances instead: dropping B loses no
     optimum. Of pools that dominate each other, the lowest-numbered stays.
     """
     group = ["owner", "role", "device", "tp"]
-    left = uses[[*group, "w", "key", "pool", "rate_rps", "level"]]
+    left = uses[[*group, "w", "key", "pool", "level"]].assign(
+        admissible=uses["rate_rps"] * uses["rho"], nic_rho=uses["nic_rho"]
+    )
     pairs = left.merge(left, on=[*group, "w", "key"], suffixes=("_a", "_b"))
     pairs = pairs[pairs["pool_a"] != pairs["pool_b"]]
-    covers = (pairs["rate_rps_a"] >= pairs["rate_rps_b"] * (1 - 1e-12)) & (pairs["level_a"] >= pairs["level_b"])
+    covers = (
+        (pairs["admissible_a"] >= pairs["admissible_b"] * (1 - 1e-12))
+        & (pairs["level_a"] >= pairs["level_b"])
+        & (pairs["nic_rho_a"] >= pairs["nic_rho_b"] * (1 - 1e-12))
+    )
     covered = pairs[covers].groupby(["pool_a", "pool_b"]).size().rename("covered").reset_index()
     n_uses = uses.groupby("pool").size()
     dominates = covered[covered["covered"].to_numpy() == n_uses.loc[covered["pool_b"]].to_numpy()]
@@ -264,10 +279,13 @@ def build_candidates(request: PlanRequest, table: ProfileTable) -> Candidates:
     uses = flow_tiers(uses, classes, keyed)
     # A decode use nobody's prefill can reach, or a prefill use with no decode tier, carries no flow.
     uses = _drop_unreachable(uses)
+    uses = headroom_levels(uses, classes, request, table)
+    uses, link_rho = link_headroom(uses, request)
+    uses = _renumber_tiers(_drop_unreachable(uses))
     pools, uses = attach_pools(uses)
     pools, uses = drop_dominated_pools(pools, uses)
     uses = uses.sort_values(["pool", "w", "key", "level"], kind="stable").reset_index(drop=True)
-    return Candidates(request, classes, latency, pools, uses, devices, keyed)
+    return Candidates(request, classes, latency, pools, uses, devices, keyed, link_rho, table)
 
 
 def _drop_unreachable(uses: pd.DataFrame) -> pd.DataFrame:
@@ -278,3 +296,166 @@ def _drop_unreachable(uses: pd.DataFrame) -> pd.DataFrame:
     merged = uses[decode].merge(top, on=["w", "key"], how="left")
     keep_decode = merged["tier"].to_numpy() <= merged["max_level"].fillna(-1).to_numpy()
     return pd.concat([uses[~decode], uses[decode][keep_decode]], ignore_index=True)
+
+
+# --- headroom (fleetplan/solver/capacity.py) -----------------------------------------------------------
+
+LEVEL_STEP = 0.05  # admissible utilizations are rounded down to this grid: few distinct pool levels
+NIC_FLOOR = 0.2  # a use whose KV transfers fit only below this NIC headroom would throttle its pool: dropped
+
+
+def percentile_curves(uses: pd.DataFrame, classes: pd.DataFrame, table: ProfileTable) -> capacity.Curves:
+    """Per use, p50/p90/p99 of TTFT and TBT at its class's prompt over every profiled batch of its
+    (model, device, tp): the service-time distributions the capacity model integrates."""
+    by_q = [interpolate_latency(classes.assign(percentile=q), table) for q in PERCENTILES]
+    frame = by_q[0][["w", "device", "tp", "batch"]].copy()
+    for q, part in zip(PERCENTILES, by_q, strict=True):
+        frame[f"ttft_p{q}"], frame[f"tbt_p{q}"] = part["ttft_ms"].to_numpy(), part["tbt_ms"].to_numpy()
+    frame = frame[np.isfinite(frame[[f"ttft_p{q}" for q in PERCENTILES]]).any(axis=1).to_numpy()]
+    frame = frame.sort_values(["w", "device", "tp", "batch"], kind="stable")
+    frame["k"] = frame.groupby(["w", "device", "tp"]).cumcount()
+    groups = frame[["w", "device", "tp"]].drop_duplicates().reset_index(drop=True)
+    groups["g"] = np.arange(len(groups))
+    frame = frame.merge(groups, on=["w", "device", "tp"])
+    width = int(frame["k"].max()) + 1 if len(frame) else 1
+    batches = np.full((len(groups), width), np.inf)
+    values = {m: np.full((len(groups), width, 3), np.nan) for m in ("ttft", "tbt")}
+    g, k = frame["g"].to_numpy(), frame["k"].to_numpy()
+    batches[g, k] = frame["batch"].to_numpy(float)
+    for m in values:
+        values[m][g, k] = frame[[f"{m}_p{q}" for q in PERCENTILES]].to_numpy(float)
+    of_use = uses[["w", "device", "tp"]].merge(groups, on=["w", "device", "tp"], how="left")["g"].to_numpy()
+    return capacity.Curves(batches[of_use], values["ttft"][of_use], values["tbt"][of_use])
+
+
+def use_table(uses: pd.DataFrame, classes: pd.DataFrame) -> capacity.UseTable:
+    """The capacity model's view of every use. A decode use's transfer is its class's slowest: from the
+    slowest prefill NIC that class may use; its KV reserve is the smallest of its class's prefill uses."""
+    c = classes.loc[uses["w"]].reset_index(drop=True)
+    # plan each class at a fraction of its tail probability: the promise is judged on finite windows
+    epsilon = capacity.TAIL_MARGIN * (1.0 - c["percentile"].to_numpy(float) / 100.0)
+    prefill = uses["role"].to_numpy() == "prefill"
+    own = uses["bw_gbps"].to_numpy(float)
+    slowest_source = uses[prefill].groupby("w")["bw_gbps"].min()
+    source_bw = uses["w"].map(slowest_source).to_numpy(float)
+    min_bw = np.where(prefill, np.minimum(own, uses["decode_bw"].to_numpy(float)), np.minimum(own, source_bw))
+    t_kv = np.where(prefill, uses["t_kv_ms"].to_numpy(float), transfer_ms(c["kv_gbit"].to_numpy(), own, min_bw))
+    t_kv = np.where(uses["role"].to_numpy() == "colocated", 0.0, np.nan_to_num(t_kv))
+    return capacity.UseTable(
+        w=uses["w"].to_numpy(np.int64),
+        role=uses["role"].to_numpy(),
+        batch=uses["batch"].to_numpy(float),
+        rate=uses["rate_rps"].to_numpy(float),
+        ttft_q=uses["ttft_ms"].to_numpy(float),
+        tbt_q=uses["tbt_ms"].to_numpy(float),
+        ttft_slo=c["ttft_slo_ms"].to_numpy(float),
+        tbt_slo=c["tbt_slo_ms"].to_numpy(float),
+        epsilon=epsilon,
+        steps=c["output_tokens"].to_numpy(float) - 1.0,
+        t_kv=t_kv,
+        own_bw=own,
+        min_bw=min_bw,
+        kv_slack_ms=np.zeros(len(uses)),
+    )
+
+
+def headroom_levels(uses: pd.DataFrame, classes: pd.DataFrame, request: PlanRequest, table: ProfileTable) -> pd.DataFrame:
+    """Give every use its admissible utilization `rho` and NIC cap `nic_rho`, and expand pools into levels.
+
+    flat: rho = max_utilization everywhere (NICs too). queueing: per use from capacity.py, capped by
+    max_utilization when given, rounded down to LEVEL_STEP. A pool shared by classes runs at one load,
+    so a pool of level L may carry a class only if that class's rho >= L: every use is repeated in each
+    level of its pool up to its own rho, and the pool identity includes the level.
+    """
+    options = request.options
+    if options.capacity_model == "flat":
+        rho = options.max_utilization if options.max_utilization is not None else FLAT_DEFAULT
+        return uses.assign(rho=rho, nic_rho=rho, kv_slack_ms=0.0)
+    t = capacity.with_kv_reserve(use_table(uses, classes))
+    uses = uses.assign(kv_slack_ms=t.kv_slack_ms)
+    admissible = capacity.rates(t, percentile_curves(uses, classes, table))
+    rho = np.clip(admissible / t.rate, 0.0, 1.0)
+    nic = capacity.nic_caps(t)
+    if options.max_utilization is not None:
+        rho, nic = np.minimum(rho, options.max_utilization), np.minimum(nic, options.max_utilization)
+    rho = np.floor(rho / LEVEL_STEP + 1e-9) * LEVEL_STEP
+    uses = uses.assign(use_rho=rho, nic_rho=nic)[(rho >= capacity.RHO_MIN) & (nic >= NIC_FLOOR)]
+    base = ["owner", "role", "device", "tp", "batch"]
+    levels = uses[[*base, "use_rho"]].drop_duplicates().rename(columns={"use_rho": "rho"})
+    expanded = uses.merge(levels, on=base)
+    expanded = expanded[expanded["use_rho"] >= expanded["rho"] - 1e-9]
+    # a level's NIC cap is the tightest of the classes it carries
+    expanded["nic_rho"] = expanded.groupby([*base, "rho"])["nic_rho"].transform("min")
+    return expanded.drop(columns="use_rho").reset_index(drop=True)
+
+
+LINK_FLOOR = 0.3  # a prefill use that could send over a link budget only below this headroom does not use it
+
+
+def link_headroom(uses: pd.DataFrame, request: PlanRequest) -> tuple[pd.DataFrame, dict]:
+    """Headroom of each link budget (and of kv_budget_gbps, key None), and the uses that may cross them.
+
+    flat: max_utilization. queueing: the M/D/1 cap of the tightest prefill use that sends over it; a use
+    whose own cap is below LINK_FLOOR would throttle everyone's budget, so it may not send there."""
+    options = request.options
+    budgets = {(link.source, link.target): link.gbps for link in request.links}
+    if request.kv_budget_gbps is not None:
+        budgets[None] = request.kv_budget_gbps
+    if options.capacity_model == "flat":
+        rho = options.max_utilization if options.max_utilization is not None else FLAT_DEFAULT
+        return uses, dict.fromkeys(budgets, rho)
+    out, dropped = {}, np.zeros(len(uses), dtype=bool)
+    prefill = (uses["role"] == "prefill").to_numpy()
+    source, target = uses["device"].to_numpy(), uses["key"].to_numpy()
+    for key, gbps in budgets.items():
+        if key is None:
+            crossing = prefill & (source != target) & (target != ANY_DEVICE)
+        else:
+            crossing = prefill & (source == key[0]) & (target == key[1])
+        caps = capacity.md1_cap(
+            1e3 * uses["kv_gbit"].to_numpy(float)[crossing] / max(gbps, 1e-9),
+            uses["kv_slack_ms"].to_numpy(float)[crossing] / capacity.KV_SERVERS,
+        )
+        if options.max_utilization is not None:
+            caps = np.minimum(caps, options.max_utilization)
+        kept = caps >= LINK_FLOOR
+        dropped[np.flatnonzero(crossing)[~kept]] = True
+        out[key] = float(caps[kept].min()) if kept.any() and gbps > 0 else 1.0
+    return uses[~dropped].reset_index(drop=True), out
+
+
+def predicted_latency(cand: Candidates, uses: pd.DataFrame, rate: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(TTFT, TBT) at the SLO percentile of `uses` when one instance takes `rate` requests/s of each
+    (capacity.predict: the same queueing model that set the admissible loads, also under "flat")."""
+    if uses.empty or cand.table is None:
+        return np.full(len(uses), np.nan), np.full(len(uses), np.nan)
+    uses = uses.reset_index(drop=True)
+    t = use_table(uses, cand.classes)
+    t = capacity.UseTable(
+        **{**{f: getattr(t, f) for f in t.__dataclass_fields__},
+           "kv_slack_ms": uses["kv_slack_ms"].to_numpy(float)}
+    )
+    return capacity.predict(t, percentile_curves(uses, cand.classes, cand.table), rate)
+
+
+def _renumber_tiers(uses: pd.DataFrame) -> pd.DataFrame:
+    """Close the gaps that dropped decode uses leave in the tiers of each (class, key): tiers become
+    0..J-1 again, and a prefill level becomes the last remaining tier at or below it (nested sets kept)."""
+    decode = uses["role"] == "decode"
+    tiers = uses.loc[decode, ["w", "key", "tier"]].drop_duplicates().sort_values(["w", "key", "tier"], kind="stable")
+    tiers["new"] = tiers.groupby(["w", "key"]).cumcount()
+    uses = uses.copy()
+    mapped = uses[decode].merge(tiers, on=["w", "key", "tier"], how="left")["new"].to_numpy()
+    uses.loc[decode, "tier"] = mapped
+    prefill = uses["role"] == "prefill"
+    left = uses.loc[prefill, ["w", "key", "level"]].reset_index()
+    left = left.sort_values("level", kind="stable")
+    right = tiers.rename(columns={"tier": "level_old"}).sort_values("level_old", kind="stable")
+    merged = pd.merge_asof(left, right, left_on="level", right_on="level_old", by=["w", "key"], direction="backward")
+    new_level = pd.Series(merged["new"].to_numpy(), index=merged["index"].to_numpy())
+    uses.loc[prefill, "level"] = new_level.reindex(uses.index[prefill]).to_numpy()
+    keep = ~prefill | uses["level"].notna()
+    uses = uses[keep].copy()
+    uses["level"] = uses["level"].astype(np.int64)
+    uses["tier"] = uses["tier"].astype(np.int64)
+    return uses.reset_index(drop=True)

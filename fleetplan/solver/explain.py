@@ -50,21 +50,22 @@ def shortfall_reason(
     """The resources that bind for a class that has candidates but is not fully served."""
     request: PlanRequest = cand.request
     mine = set(cand.uses.loc[cand.uses["w"] == w, "device"])
-    rho = request.options.max_utilization
+    rho = cand.link_rho
     binding = []
     full = [f"{d.name} {d.used}/{d.available}" for d in devices if d.name in mine and d.available - d.used < _min_tp(cand, w, d.name)]
     if full:
         binding.append("device capacity (" + ", ".join(full) + " in use)")
     for link in links:
-        at_cap = link.budget_gbps is not None and link.gbps >= rho * link.budget_gbps * (1 - 1e-6)
+        share = rho.get((link.source, link.target), 1.0)
+        at_cap = link.budget_gbps is not None and link.gbps >= share * link.budget_gbps * (1 - 1e-6)
         if at_cap and link.source in mine:
             binding.append(
-                f"link {link.source}->{link.target} at {rho:.0%} of its {link.budget_gbps:g} Gbit/s budget"
+                f"link {link.source}->{link.target} at {share:.0%} of its {link.budget_gbps:g} Gbit/s budget"
             )
     if request.kv_budget_gbps is not None:
         cross = sum(link.gbps for link in links if link.source != link.target)
-        if cross >= rho * request.kv_budget_gbps * (1 - 1e-6):
-            binding.append(f"kv_budget_gbps {request.kv_budget_gbps:g} reached (at {rho:.0%} headroom)")
+        if cross >= rho[None] * request.kv_budget_gbps * (1 - 1e-6):
+            binding.append(f"kv_budget_gbps {request.kv_budget_gbps:g} reached (at {rho[None]:.0%} headroom)")
     budget = request.options.budget_per_hour
     if budget is not None and cost_per_hour >= budget - _cheapest_instance(cand, w):
         binding.append(f"budget_per_hour {budget:g} reached ({cost_per_hour:.2f} in use)")

@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 
 from fleetplan.models.plan import DeviceUse, LinkUse, Pool, PoolRef, Route
-from fleetplan.solver.candidates import Candidates, transfer_ms
+from fleetplan.solver.candidates import Candidates, predicted_latency, transfer_ms
 from fleetplan.solver.formulation import Columns
 
 EPS = 1e-7
@@ -39,19 +39,36 @@ def solution_from(cand: Candidates, cols: Columns, values: np.ndarray) -> Soluti
     flow = np.clip(values[cols.use_offset : cols.chain_offset], 0.0, None)
     flow[flow < EPS] = 0.0
     x = np.round(values[: cols.n_pools]).astype(np.int64)
-    rho = cand.request.options.max_utilization
-    used = _capacity_used(cand, flow)
     pools = cand.pools
+    rho = pools["rho"].to_numpy(float)
+    used = _capacity_used(cand, flow)
     nic = pools["device"].map(cand.devices.set_index("device")["nic_gbps"]).to_numpy()
-    per_instance = pools["tp"].to_numpy(float) * nic
+    per_instance = pools["tp"].to_numpy(float) * nic * pools["nic_rho"].to_numpy(float)
     nic_need = np.where(np.isfinite(per_instance), _nic_used(cand, flow) / per_instance, 0.0)
     need = np.ceil(np.maximum(used / rho, nic_need) - 1e-6).astype(np.int64)
-    return Solution(np.minimum(x, need), flow, used)
+    instances = np.minimum(x, need)
+    # no service without hardware: flows left in a pool with no instance (solver tolerance) are unserved
+    idle = instances[cand.uses["pool"].to_numpy()] == 0
+    if idle.any():
+        flow = np.where(idle, 0.0, flow)
+        used = _capacity_used(cand, flow)
+    return Solution(instances, flow, used)
+
+
+def pool_groups(cand: Candidates, sol: Solution) -> np.ndarray:
+    """Per pool: 0, or 1, 2, ... for further headroom levels of the same (owner, role, device, tp, batch)
+    that the plan runs (highest headroom first); they are separate groups of instances."""
+    pools = cand.pools.assign(on=sol.instances > 0)
+    pools = pools[pools["on"]].sort_values("rho", ascending=False, kind="stable")
+    groups = np.zeros(len(cand.pools), np.int64)
+    groups[pools.index.to_numpy()] = pools.groupby(["owner", "role", "device", "tp", "batch"]).cumcount().to_numpy()
+    return groups
 
 
 def pools_out(cand: Candidates, sol: Solution) -> list[Pool]:
     pools = cand.pools
     pooling_by_class = cand.request.options.pooling == "class"
+    groups = pool_groups(cand, sol)
     out = []
     for index in np.flatnonzero(sol.instances > 0):
         row = pools.iloc[index]
@@ -65,13 +82,15 @@ def pools_out(cand: Candidates, sol: Solution) -> list[Pool]:
                 instances=int(sol.instances[index]),
                 utilization=round(float(sol.capacity_used[index] / sol.instances[index]), 6),
                 workload=row["owner"] if pooling_by_class else None,
+                headroom=float(row["rho"]),
+                group=int(groups[index]),
             )
         )
     return out
 
 
-def _ref(row: pd.Series) -> PoolRef:
-    return PoolRef(device=row["device"], tp=int(row["tp"]), batch=int(row["batch"]))
+def _ref(row: pd.Series, groups: np.ndarray) -> PoolRef:
+    return PoolRef(device=row["device"], tp=int(row["tp"]), batch=int(row["batch"]), group=int(groups[row["pool"]]))
 
 
 def match_kv_flows(sources: pd.DataFrame, sinks: pd.DataFrame) -> list[tuple[int, int, float]]:
@@ -95,45 +114,68 @@ def match_kv_flows(sources: pd.DataFrame, sinks: pd.DataFrame) -> list[tuple[int
     return pairs
 
 
+def predicted(cand: Candidates, sol: Solution, uses: pd.DataFrame) -> pd.DataFrame:
+    """`uses` with pred_ttft_ms / pred_tbt_ms: the capacity model's percentile latencies, waits included,
+    at the load the plan puts on one instance of each pool (its utilization times the class's rate)."""
+    per_instance = sol.capacity_used / np.maximum(sol.instances, 1)
+    pool = uses["pool"].to_numpy()
+    if cand.request.options.capacity_model == "flat":  # v1: routes report service times, no waits
+        nothing = np.full(len(uses), np.nan)
+        return uses.assign(pred_ttft_ms=nothing, pred_tbt_ms=nothing)
+    rate = per_instance[pool] * uses["rate_rps"].to_numpy(float)
+    ttft, tbt = predicted_latency(cand, uses, rate)
+    return uses.assign(pred_ttft_ms=ttft, pred_tbt_ms=tbt)
+
+
+def _colocated_route(row: pd.Series, groups: np.ndarray) -> Route:
+    return Route(
+        prefill=None,
+        decode=None,
+        colocated=_ref(row, groups),
+        rps=float(row["flow"]),
+        ttft_ms=_finite(row["pred_ttft_ms"], row["ttft_ms"]),
+        tbt_ms=_finite(row["pred_tbt_ms"], row["tbt_ms"]),
+        kv_gbps=0.0,
+        prefill_ms=float(row["ttft_ms"]),
+        kv_transfer_ms=0.0,
+        step_ms=float(row["tbt_ms"]),
+    )
+
+
+def _finite(value: float, fallback: float) -> float:
+    return float(value) if np.isfinite(value) else float(fallback)
+
+
 def routes_out(cand: Candidates, sol: Solution) -> dict[int, list[Route]]:
-    """Routes per class index, with latencies at the class's SLO percentile."""
+    """Routes per class index, with latencies at the class's SLO percentile, waits included."""
     uses = cand.uses.assign(flow=sol.flow)
-    active = uses[uses["flow"] > 0]
+    active = predicted(cand, sol, uses[uses["flow"] > 0])
     classes = cand.classes
+    groups = pool_groups(cand, sol)
     routes: dict[int, list[Route]] = {w: [] for w in classes.index}
     for _, row in active[active["role"] == "colocated"].iterrows():
-        routes[row["w"]].append(
-            Route(
-                prefill=None,
-                decode=None,
-                colocated=_ref(row),
-                rps=float(row["flow"]),
-                ttft_ms=float(row["ttft_ms"]),
-                tbt_ms=float(row["tbt_ms"]),
-                kv_gbps=0.0,
-                prefill_ms=float(row["ttft_ms"]),
-                kv_transfer_ms=0.0,
-            )
-        )
+        routes[row["w"]].append(_colocated_route(row, groups))
     disagg = active[active["role"] != "colocated"]
     for (w, _key), group in disagg.groupby(["w", "key"], sort=True):
         sources = group[group["role"] == "prefill"].sort_values("level", kind="stable")
         sinks = group[group["role"] == "decode"]
         kv = float(classes.at[w, "kv_gbit"])
         for p, d, rps in match_kv_flows(sources, sinks):
-            src, dst = uses.loc[p], uses.loc[d]
+            src, dst = active.loc[p], active.loc[d]
             t_kv = float(transfer_ms(np.array([kv]), np.array([src["bw_gbps"]]), np.array([dst["bw_gbps"]]))[0])
+            prefill = _finite(src["pred_ttft_ms"], src["ttft_ms"])
             routes[w].append(
                 Route(
-                    prefill=_ref(src),
-                    decode=_ref(dst),
+                    prefill=_ref(src, groups),
+                    decode=_ref(dst, groups),
                     colocated=None,
                     rps=float(rps),
-                    ttft_ms=float(src["ttft_ms"]) + t_kv,
-                    tbt_ms=float(dst["tbt_ms"]),
+                    ttft_ms=prefill + t_kv,  # prefill's prediction holds its queue and the KV queues
+                    tbt_ms=_finite(dst["pred_tbt_ms"], dst["tbt_ms"]),
                     kv_gbps=float(rps * kv),
                     prefill_ms=float(src["ttft_ms"]),
                     kv_transfer_ms=t_kv,
+                    step_ms=float(dst["tbt_ms"]),
                 )
             )
     return routes
@@ -155,6 +197,12 @@ def links_out(cand: Candidates, routes: dict[int, list[Route]]) -> list[LinkUse]
     budgets = {(link.source, link.target): link.gbps for link in cand.request.links}
     pairs = sorted(set(traffic) | set(budgets))
     return [
-        LinkUse(source=s, target=t, gbps=round(traffic.get((s, t), 0.0), 9), budget_gbps=budgets.get((s, t)))
+        LinkUse(
+            source=s,
+            target=t,
+            gbps=round(traffic.get((s, t), 0.0), 9),
+            budget_gbps=budgets.get((s, t)),
+            headroom=cand.link_rho.get((s, t)) if (s, t) in budgets else None,
+        )
         for s, t in pairs
     ]

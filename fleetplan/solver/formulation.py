@@ -104,14 +104,17 @@ def _use_rate_coefficients(cand: Candidates) -> np.ndarray:
 
 
 def define_capacity(cand: Candidates, cols: Columns) -> Block:
-    """sum_w f[w, pool] / r[w, pool] - rho * x[pool] <= 0 for every pool."""
+    """sum_w f[w, pool] / r[w, pool] - rho[pool] * x[pool] <= 0 for every pool.
+
+    rho[pool] is the pool's headroom level: max_utilization under the flat model (v1), the admissible
+    utilization of the classes it may carry under the queueing model (fleetplan/solver/capacity.py)."""
     uses = cand.uses
     n_pools = cols.n_pools
-    rho = cand.request.options.max_utilization
+    rho = cand.pools["rho"].to_numpy(float)
     pool = uses["pool"].to_numpy()
     rows = np.concatenate([pool, np.arange(n_pools)])
     columns = np.concatenate([cols.use_offset + np.arange(len(uses)), np.arange(n_pools)])
-    vals = np.concatenate([_use_rate_coefficients(cand), np.full(n_pools, -rho)])
+    vals = np.concatenate([_use_rate_coefficients(cand), -rho])
     return Block("capacity", n_pools, rows, columns, vals, np.full(n_pools, -INF), np.zeros(n_pools))
 
 
@@ -179,7 +182,7 @@ def define_devices(cand: Candidates, cols: Columns) -> Block:
 
 
 def define_nic(cand: Candidates, cols: Columns) -> Block:
-    """Per disaggregated pool on a device with a NIC: sum_w f * 8 S_w / 1e9 - x * t * NIC_k <= 0."""
+    """Per disaggregated pool on a device with a NIC: sum_w f * 8 S_w / 1e9 - nic_rho * x * t * NIC_k <= 0."""
     pools = cand.pools
     nic = pools["device"].map(cand.devices.set_index("device")["nic_gbps"]).to_numpy()
     limited = np.flatnonzero((pools["role"] != "colocated").to_numpy() & np.isfinite(nic))
@@ -191,17 +194,18 @@ def define_nic(cand: Candidates, cols: Columns) -> Block:
     kv = uses["kv_gbit"].to_numpy()
     rows = np.concatenate([use_rows[mine], np.arange(len(limited))])
     columns = np.concatenate([cols.use_offset + np.flatnonzero(mine), limited])
-    capacity = pools["tp"].to_numpy(float)[limited] * nic[limited]
+    capacity = (pools["tp"].to_numpy(float) * nic * pools["nic_rho"].to_numpy(float))[limited]
     vals = np.concatenate([kv[mine], -capacity])
     n = len(limited)
     return Block("nic", n, rows, columns, vals, np.full(n, -INF), np.zeros(n))
 
 
 def define_links(cand: Candidates, cols: Columns) -> Block:
-    """sum_{w, P on k_p -> decode on k_d} f * 8 S_w / 1e9 <= rho * L[k_p -> k_d]; over k_p != k_d <= rho * kv_budget.
+    """sum_{w, P on k_p -> decode on k_d} f * 8 S_w / 1e9 <= rho_L * L[k_p -> k_d]; over k_p != k_d <= rho_B * kv_budget.
 
-    rho (max_utilization) on these shared budgets goes beyond the contract: a link planned at 100% queues
-    without bound, and the headroom sweep shows link-bound plans missing their SLOs (docs/simulation.md).
+    rho on these shared budgets goes beyond the v1 contract: a link planned at 100% queues without bound
+    (docs/simulation.md). Flat: max_utilization; queueing: the M/D/1 cap of the tightest class that may
+    cross it (candidates.link_headroom).
     """
     request = cand.request
     uses = cand.uses
@@ -209,7 +213,7 @@ def define_links(cand: Candidates, cols: Columns) -> Block:
     kv = uses["kv_gbit"].to_numpy()
     source = uses["device"].to_numpy()
     target = uses["key"].to_numpy()
-    rho = request.options.max_utilization
+    rho = cand.link_rho
     rows, columns, vals, hi = [], [], [], []
     limits = [(link.source, link.target, link.gbps) for link in request.links]
     for index, (src, dst, gbps) in enumerate(limits):
@@ -217,13 +221,13 @@ def define_links(cand: Candidates, cols: Columns) -> Block:
         rows.append(np.full(len(hit), index))
         columns.append(cols.use_offset + hit)
         vals.append(kv[hit])
-        hi.append(rho * gbps)
+        hi.append(rho[(src, dst)] * gbps)
     if request.kv_budget_gbps is not None:
         hit = np.flatnonzero(prefill & (source != target) & (target != ANY_DEVICE))
         rows.append(np.full(len(hit), len(limits)))
         columns.append(cols.use_offset + hit)
         vals.append(kv[hit])
-        hi.append(rho * request.kv_budget_gbps)
+        hi.append(rho[None] * request.kv_budget_gbps)
     n = len(hi)
     if n == 0:
         return _empty("links")
@@ -283,12 +287,13 @@ def column_bounds(cand: Candidates, cols: Columns) -> tuple[np.ndarray, np.ndarr
     demand = classes["rate_rps"].to_numpy(float)[uses["w"].to_numpy()]
     # a prefill use appears once per key: its class's demand once per (w, pool) suffices
     first = ~uses.duplicated(["w", "pool"]).to_numpy()
-    rho = cand.request.options.max_utilization
+    rho = pools["rho"].to_numpy(float)
     load = np.bincount(uses["pool"][first], weights=(demand / uses["rate_rps"].to_numpy())[first], minlength=len(pools))
     nic = pools["device"].map(devices["nic_gbps"]).to_numpy()
     kv = uses["kv_gbit"].to_numpy()
     traffic = np.bincount(uses["pool"][first], weights=(demand * kv)[first], minlength=len(pools))
-    nic_need = np.where(np.isfinite(nic) & (pools["role"] != "colocated").to_numpy(), traffic / (tp * nic), 0.0)
+    nic_cap = tp * nic * pools["nic_rho"].to_numpy(float)
+    nic_need = np.where(np.isfinite(nic) & (pools["role"] != "colocated").to_numpy(), traffic / nic_cap, 0.0)
     need = np.ceil(np.maximum(load / rho, nic_need) - 1e-9)
     x_hi = np.minimum(fit, need)
     f_hi = classes["rate_rps"].to_numpy(float)[uses["w"].to_numpy()]

@@ -81,6 +81,7 @@ def plan(request: PlanRequest, store: ProfileStore | None = None, *, with_baseli
         solver=info,
         profile_set=ProfileSetInfo(name=table.name, sha256=table.sha256),
         warnings=fleet_warnings(request, table),
+        kv_budget_headroom=cand.link_rho.get(None),
     )
     verify(request, result, table)
     if request.verify == "simulate" and status in ("optimal", "feasible"):

@@ -1,0 +1,358 @@
+"""The capacity model: how much load a pool, a NIC or a link may carry and still keep a class's SLO.
+
+docs/formulation.md ("Capacity model") has the formulas; this module is their one implementation.
+
+Under `options.capacity_model = "flat"` every pool, NIC and link carries at most `max_utilization` (v1).
+Under `"queueing"` (the default) each (class, pool) use gets its own *admissible utilization* rho in
+(0, 1]: the largest fraction of the pool's full-batch capacity (the MILP's per-instance rate r) at which the
+class's SLO still holds at its percentile q, with the waits included:
+
+- prefill (and the TTFT of a disaggregated request): one instance is a batch server without a batching
+  timeout. Batches of n* requests form, where n* = clip(lambda S(n*), 1, b) (what arrives during one
+  batch is the next batch); the instance is busy U = lambda E[S(n*)] / n*. Seen as an M/G/1 queue of
+  batches, a request waits with probability U, and then an exponential time of mean
+  r_b / (1 - U), r_b = E[S^2] / (2 E[S]) the mean residual batch time (Pollaczek-Khinchine; exact for
+  b = 1). TTFT = W + S + t_kv + W_kv must stay <= slo.ttft_ms with probability q.
+- decode: an instance has b slots held for (o - 1) steps of TBT(b): an M/G/b queue; a request waits for a
+  slot with the Erlang C probability C(b, a) and then an exponential time of rate (b - a) / H. The wait
+  stretches its mean inter-token gap: TPOT = TBT + W / (o - 1) <= slo.tbt_ms with probability q.
+- colocated: b slots held for a prefill plus (o - 1) decode steps stretched by prefill stalls; prefill-first
+  scheduling stalls running decodes for a fraction u_p of the time, so TPOT = TBT / (1 - u_p), and a new
+  request waits for a slot (Erlang C) and for the current step before its prefill.
+- KV transfers: every NIC and link is a FIFO server held for the whole transfer (M/D/1). A quarter of the
+  TTFT slack and of the tail probability is reserved for these queues, split evenly over the source NIC,
+  the destination NIC and the link; the caps follow from the M/D/1 waiting tail.
+
+Tails are computed, not assumed: the service time is the profile's own distribution
+(`fleetplan.profiler.latency`, the one the simulator samples), integrated on a fixed grid of standard
+normal quantiles, and the admissible arrival rate is found by bisection, vectorized over every use.
+One instance is one queue here (join-shortest-queue across a pool only helps), so the rates are
+conservative for pools of several instances.
+"""
+
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.special import ndtr
+
+from fleetplan.profiler.latency import quantile_ms
+
+KV_SHARE = 0.25  # of the TTFT slack, reserved for the mean waits of the KV transfer queues
+KV_SERVERS = 3  # source NIC, destination NIC, link: each gets an equal part of the KV reserve
+RHO_MIN = 0.02  # a use admissible below this utilization is not worth a pool
+BISECTIONS = 40
+# The SLO is planned at TAIL_MARGIN x its tail probability (p95 for a p90 SLO, p99.5 for p99): the promise
+# is judged on 600 s windows, where the empirical percentile of a class of a few requests/s scatters by
+# tens of ms, and the M/G/1 and Erlang C forms are approximations (docs/formulation.md, "Margin").
+TAIL_MARGIN = 0.5
+
+_Z = np.arange(-5.0, 5.0 + 1e-9, 0.125)
+_W = ndtr(np.append(_Z[1:], np.inf) - 0.0625) - ndtr(np.insert(_Z[:-1], 0, -np.inf) + 0.0625)
+_W = _W / _W.sum()  # probability mass of each grid point (bins between midpoints; the ends take the tails)
+
+
+@dataclass(frozen=True)
+class Curves:
+    """Latency percentiles of each use at its class's prompt, over the profiled batch sizes of its group.
+
+    batches: (n_uses, K) profiled batch sizes, ascending, padded with +inf.
+    ttft, tbt: (n_uses, K, 3) p50/p90/p99 in ms (NaN where not profiled), aligned with `batches`.
+    """
+
+    batches: np.ndarray
+    ttft: np.ndarray
+    tbt: np.ndarray
+
+    def at(self, metric: str, n: np.ndarray) -> np.ndarray:
+        """(n_uses, 3) percentiles at (fractional) batch occupancy n: linear between profiled batches, the
+        smallest profiled batch's figures below it (as the simulator does)."""
+        values = self.ttft if metric == "ttft" else self.tbt
+        rows = np.arange(len(n))
+        k = (self.batches <= n[:, None]).sum(axis=1)
+        hi = np.clip(k, 0, np.isfinite(self.batches).sum(axis=1) - 1)
+        lo = np.clip(k - 1, 0, None)
+        b_lo, b_hi = self.batches[rows, lo], self.batches[rows, hi]
+        span = np.where(b_hi > b_lo, b_hi - b_lo, 1.0)
+        frac = np.clip((n - b_lo) / span, 0.0, 1.0)[:, None]
+        return values[rows, lo] + frac * (values[rows, hi] - values[rows, lo])
+
+
+def service_grid(percentiles: np.ndarray) -> np.ndarray:
+    """(n, G) service times in ms at the grid quantiles, from (n, 3) p50/p90/p99 (missing p50: the others)."""
+    from fleetplan.profiler.latency import quantile_params_array
+
+    p50, p90, p99 = percentiles[:, 0], percentiles[:, 1], percentiles[:, 2]
+    p50 = np.where(np.isfinite(p50), p50, np.where(np.isfinite(p90), p90, p99))
+    return quantile_ms(quantile_params_array(p50, p90, p99)[:, None, :], _Z[None, :])
+
+
+def moments(grid: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Mean and mean residual E[S^2] / (2 E[S]) of each row of a service grid."""
+    mean = grid @ _W
+    return mean, (grid**2 @ _W) / (2.0 * mean)
+
+
+def tail(grid, limit, wait_prob, wait_mean, kv_prob=None, kv_mean=None) -> np.ndarray:
+    """P(S + W + V > limit) for S on `grid`, W = 0 w.p. 1 - wait_prob else exponential of mean `wait_mean`,
+    and V (the KV queues, optional) likewise and independent: the sum of two exponentials is
+    hypoexponential, P(E1 + E2 > r) = (m1 e^{-r/m1} - m2 e^{-r/m2}) / (m1 - m2)."""
+    r = np.maximum(limit[:, None] - grid, 0.0)
+    p1, m1 = wait_prob[:, None], np.maximum(wait_mean[:, None], 1e-12)
+    with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
+        e1 = np.exp(-r / m1)
+        if kv_prob is None:
+            out = p1 * e1
+        else:
+            p2, m2 = kv_prob[:, None], np.maximum(kv_mean[:, None], 1e-12)
+            m2 = np.where(np.abs(m2 - m1) < 1e-9 * m1, m1 * (1 + 1e-6), m2)
+            e2 = np.exp(-r / m2)
+            both = (m1 * e1 - m2 * e2) / (m1 - m2)
+            out = p1 * (1 - p2) * e1 + p2 * (1 - p1) * e2 + p1 * p2 * both
+    out = np.where(np.isfinite(out), np.clip(out, 0.0, 1.0), 1.0)
+    return np.where(limit[:, None] - grid < 0, 1.0, out) @ _W
+
+
+def erlang_c(servers: np.ndarray, load: np.ndarray) -> np.ndarray:
+    """Probability of waiting in M/M/c with c = servers (integer array) and offered load a < c."""
+    blocking = np.ones_like(load)
+    for k in range(1, int(servers.max(initial=1)) + 1):
+        step = load * blocking / (k + load * blocking)
+        blocking = np.where(k <= servers, step, blocking)
+    rho = load / servers
+    return np.clip(blocking / (1.0 - rho * (1.0 - blocking)), 0.0, 1.0)
+
+
+def bisect_rate(feasible, upper: np.ndarray) -> np.ndarray:
+    """The largest rate in (0, upper) where `feasible(rate)` holds, elementwise (feasible is monotone)."""
+    lo, hi = np.zeros_like(upper), upper.copy()
+    for _ in range(BISECTIONS):
+        mid = 0.5 * (lo + hi)
+        ok = feasible(mid)
+        lo, hi = np.where(ok, mid, lo), np.where(ok, hi, mid)
+    return lo
+
+
+def batch_fixed_point(rate: np.ndarray, curves: Curves, batch: np.ndarray, extra_ms: np.ndarray) -> np.ndarray:
+    """Batch occupancy n* = clip(rate * (E[S(n*)] + extra), 1, b): what arrives during one batch forms the next."""
+    n = np.ones_like(rate)
+    for _ in range(12):
+        mean, _ = moments(service_grid(curves.at("ttft", n)))
+        n = np.clip(rate * (mean + extra_ms) / 1e3, 1.0, batch)
+    return n
+
+
+# --- prefill ----------------------------------------------------------------------------------------------
+
+
+def prefill_tail(rate, curves, batch, limit_ms, kv=None):
+    """P(TTFT > limit) for one prefill instance at `rate` requests/s (batch-as-job M/G/1), with the KV
+    queueing wait `kv` = (probability, conditional mean) added where the KV cache moves."""
+    n = batch_fixed_point(rate, curves, batch, np.zeros_like(rate))
+    grid = service_grid(curves.at("ttft", n))
+    mean, residual = moments(grid)
+    busy = np.clip(rate * mean / (1e3 * n), 0.0, 1.0)
+    kv_prob, kv_mean = kv if kv is not None else (None, None)
+    prob = tail(grid, limit_ms, busy, residual / np.maximum(1.0 - busy, 1e-9), kv_prob, kv_mean)
+    return np.where(busy >= 1.0, 1.0, prob)
+
+
+def prefill_admissible(curves, batch, limit_ms, epsilon, full_rate, kv=None):
+    """Largest per-instance rate (requests/s) keeping P(TTFT > limit) <= epsilon."""
+    return bisect_rate(lambda r: prefill_tail(r, curves, batch, limit_ms, kv) <= epsilon, full_rate)
+
+
+# --- decode -----------------------------------------------------------------------------------------------
+
+
+def decode_tail(rate, tbt_grid, hold_ms, slots, steps, limit_ms):
+    """P(TPOT > limit) for one decode instance: TPOT = TBT + W / steps, W the M/M/b slot wait."""
+    load = rate * hold_ms / 1e3
+    ok = load < slots
+    c = np.where(ok, erlang_c(slots, np.minimum(load, slots - 1e-9)), 1.0)
+    wait_mean = hold_ms / np.maximum(slots - load, 1e-9) / steps
+    return np.where(ok, tail(tbt_grid, limit_ms, c, wait_mean), 1.0)
+
+
+# --- KV transfer queues -------------------------------------------------------------------------------
+
+
+# --- per use -------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class UseTable:
+    """What the capacity model reads per (class, pool) use, as aligned arrays (ms, requests/s, Gbit)."""
+
+    w: np.ndarray  # class index
+    role: np.ndarray  # "prefill" | "decode" | "colocated"
+    batch: np.ndarray
+    rate: np.ndarray  # the MILP's full-batch rate r per instance (requests/s)
+    ttft_q: np.ndarray  # TTFT at the class percentile, full batch
+    tbt_q: np.ndarray
+    ttft_slo: np.ndarray
+    tbt_slo: np.ndarray
+    epsilon: np.ndarray  # 1 - q / 100
+    steps: np.ndarray  # output_tokens - 1: decode steps after the first token
+    t_kv: np.ndarray  # worst KV transfer time of a prefill use (to the slowest tier it reaches), else 0
+    own_bw: np.ndarray  # NIC Gbit/s of one instance (inf: no NIC)
+    min_bw: np.ndarray  # the slower end of its worst transfer
+    kv_slack_ms: np.ndarray  # TTFT slack reserved for the KV queues (with_kv_reserve)
+
+
+def with_kv_reserve(t: UseTable) -> UseTable:
+    """Reserve KV_SHARE of the TTFT slack for the KV queues of every use whose KV moves.
+
+    A prefill use's slack is slo.ttft_ms - TTFT_q - t_kv; a decode use (whose source is not known) gets
+    the smallest reserve among its class's prefill uses."""
+    prefill = (t.role == "prefill") & (t.t_kv > 0)
+    slack = np.where(prefill, KV_SHARE * np.maximum(t.ttft_slo - t.ttft_q - t.t_kv, 0.0), np.inf)
+    by_class = np.full(int(t.w.max(initial=0)) + 1, np.inf)
+    np.minimum.at(by_class, t.w[prefill], slack[prefill])
+    decode = (t.role == "decode") & (t.t_kv > 0)
+    slack = np.where(prefill, slack, np.where(decode, by_class[t.w], 0.0))
+    slack = np.where(np.isfinite(slack), slack, 0.0)
+    return UseTable(**{**{f: getattr(t, f) for f in t.__dataclass_fields__}, "kv_slack_ms": slack})
+
+
+def rates(t: UseTable, curves: Curves) -> np.ndarray:
+    """Admissible requests/s per instance for every use (the SLO percentile holds with the waits)."""
+    out = np.zeros(len(t.rate))
+    for role, fn in (("prefill", _prefill_rates), ("decode", _decode_rates), ("colocated", _colocated_rates)):
+        mask = t.role == role
+        if mask.any():
+            out[mask] = fn(_subset(t, mask), _subset_curves(curves, mask))
+    return out
+
+
+def _prefill_rates(t: UseTable, curves: Curves) -> np.ndarray:
+    # the KV cache crosses the two NICs at their caps (the waits join the tail) and maybe a link budget,
+    # whose share of the reserve is taken off the limit
+    limit = t.ttft_slo - t.t_kv - np.where(t.t_kv > 0, t.kv_slack_ms / KV_SERVERS, 0.0)
+    return prefill_admissible(curves, t.batch, limit, t.epsilon, t.rate, kv_wait(t))
+
+
+def _decode_rates(t: UseTable, curves: Curves) -> np.ndarray:
+    tbt_grid = service_grid(curves.at("tbt", t.batch))
+    mean, _ = moments(tbt_grid)
+    steps = np.maximum(t.steps, 1.0)
+    hold = steps * mean
+    slots = t.batch.astype(np.int64)
+
+    def ok(rate):
+        return decode_tail(rate, tbt_grid, hold, slots, steps, t.tbt_slo) <= t.epsilon
+
+    return np.where(t.steps > 0, bisect_rate(ok, t.rate), t.rate)
+
+
+def _colocated_rates(t: UseTable, curves: Curves) -> np.ndarray:
+    """Both percentiles: TPOT = TBT / (1 - u_p) (prefill stalls) and TTFT = slot wait + step + prefill."""
+    tbt_mean, _ = moments(service_grid(curves.at("tbt", t.batch)))
+    stall_cap = np.clip(1.0 - t.tbt_q / t.tbt_slo, 0.0, 1.0)  # largest prefill share of the instance's time
+    slots = t.batch.astype(np.int64)
+
+    def ok(rate):
+        n = batch_fixed_point(rate, curves, t.batch, tbt_mean)
+        grid = service_grid(curves.at("ttft", n))
+        prefill_mean, _ = moments(grid)
+        stall = rate * prefill_mean / (1e3 * n)
+        stretch = 1.0 / np.maximum(1.0 - stall, 1e-9)
+        hold = prefill_mean + t.steps * tbt_mean * stretch
+        load = rate * hold / 1e3
+        fits = (load < slots) & (stall <= stall_cap)
+        c = erlang_c(slots, np.minimum(load, slots - 1e-9))
+        wait_mean = hold / np.maximum(slots - load, 1e-9)
+        ttft = tail(grid, t.ttft_slo - tbt_mean, c, wait_mean)
+        return fits & (ttft <= t.epsilon)
+
+    return bisect_rate(ok, t.rate)
+
+
+def md1_cap(service_ms: np.ndarray, allowance_ms: np.ndarray) -> np.ndarray:
+    """Largest utilization of an M/D/1 server whose mean wait u (D / 2) / (1 - u) stays <= allowance."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        x = np.where(service_ms > 0, allowance_ms / (service_ms / 2.0), np.inf)
+    return np.where(np.isfinite(x), x / (1.0 + np.where(np.isfinite(x), x, 0.0)), 1.0)
+
+
+def kv_wait(t: UseTable) -> tuple[np.ndarray, np.ndarray]:
+    """(probability, conditional mean ms) of the KV queueing wait of a use, its two NICs at their caps:
+    each an M/D/1 server of service t_kv at utilization u (waits with probability u, mean residual D / 2
+    over 1 - u); the two are merged into one zero-or-exponential wait with the same mean."""
+    u = np.where(t.t_kv > 0, md1_cap(t.t_kv, t.kv_slack_ms / KV_SERVERS), 0.0)
+    prob = 1.0 - (1.0 - u) ** 2
+    mean_total = 2.0 * u * (t.t_kv / 2.0) / np.maximum(1.0 - u, 1e-9)
+    return prob, np.where(prob > 0, mean_total / np.maximum(prob, 1e-12), 0.0)
+
+
+def nic_caps(t: UseTable) -> np.ndarray:
+    """Largest NIC utilization (traffic / own NIC bandwidth) per use: the M/D/1 cap at which the mean wait
+    stays within the NIC's share of the KV reserve, scaled by min_bw / own_bw because a transfer holds the
+    NIC for kv / min(both ends)."""
+    cap = md1_cap(t.t_kv, t.kv_slack_ms / KV_SERVERS)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        ratio = np.where(np.isfinite(t.own_bw) & np.isfinite(t.min_bw), t.min_bw / t.own_bw, 1.0)
+    return np.where(t.t_kv > 0, cap * np.clip(ratio, 0.0, 1.0), 1.0)
+
+
+def _subset(t: UseTable, mask: np.ndarray) -> UseTable:
+    return UseTable(**{name: getattr(t, name)[mask] for name in t.__dataclass_fields__})
+
+
+def _subset_curves(curves: Curves, mask: np.ndarray) -> Curves:
+    return Curves(curves.batches[mask], curves.ttft[mask], curves.tbt[mask])
+
+
+# --- predictions at the planned load -----------------------------------------------------------------
+
+
+def bisect_limit(tail_at, epsilon: np.ndarray, upper: np.ndarray) -> np.ndarray:
+    """The smallest limit (ms) with tail_at(limit) <= epsilon, elementwise: a percentile of the latency."""
+    lo, hi = np.zeros_like(upper), upper.copy()
+    for _ in range(BISECTIONS):
+        mid = 0.5 * (lo + hi)
+        ok = tail_at(mid) <= epsilon
+        lo, hi = np.where(ok, lo, mid), np.where(ok, mid, hi)
+    return hi
+
+
+def predict(t: UseTable, curves: Curves, rate: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(TTFT, TBT) at each use's SLO percentile when one instance takes `rate` requests/s of it, waits
+    included: TTFT of prefill and colocated uses (prefill: without the KV transfer), TBT (TPOT) of decode
+    and colocated uses; NaN where the role has no such latency or the instance would be overloaded."""
+    ttft, tbt = np.full(len(rate), np.nan), np.full(len(rate), np.nan)
+    upper = 20.0 * (t.ttft_slo + t.ttft_q) + 1e3
+    pre = t.role == "prefill"
+    if pre.any():
+        s, c = _subset(t, pre), _subset_curves(curves, pre)
+        kv = kv_wait(s)
+        ttft[pre] = bisect_limit(lambda lim: prefill_tail(rate[pre], c, s.batch, lim, kv), s.epsilon, upper[pre])
+    dec = (t.role == "decode") & (t.steps > 0)
+    if dec.any():
+        s, c = _subset(t, dec), _subset_curves(curves, dec)
+        grid = service_grid(c.at("tbt", s.batch))
+        hold = s.steps * moments(grid)[0]
+        slots = s.batch.astype(np.int64)
+        tbt[dec] = bisect_limit(
+            lambda lim: decode_tail(rate[dec], grid, hold, slots, s.steps, lim), s.epsilon, 20.0 * s.tbt_slo + 1e3
+        )
+    col = t.role == "colocated"
+    if col.any():
+        ttft[col], tbt[col] = _predict_colocated(_subset(t, col), _subset_curves(curves, col), rate[col])
+    return ttft, tbt
+
+
+def _predict_colocated(t: UseTable, curves: Curves, rate: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    tbt_mean, _ = moments(service_grid(curves.at("tbt", t.batch)))
+    n = batch_fixed_point(rate, curves, t.batch, tbt_mean)
+    grid = service_grid(curves.at("ttft", n))
+    prefill_mean, _ = moments(grid)
+    stall = np.clip(rate * prefill_mean / (1e3 * n), 0.0, 1.0 - 1e-9)
+    hold = prefill_mean + t.steps * tbt_mean / (1.0 - stall)
+    slots = t.batch.astype(np.int64)
+    load = rate * hold / 1e3
+    c = erlang_c(slots, np.minimum(load, slots - 1e-9))
+    wait_mean = hold / np.maximum(slots - load, 1e-9)
+    upper = 20.0 * (t.ttft_slo + t.ttft_q) + 1e3
+    ttft = bisect_limit(lambda lim: tail(grid, lim - tbt_mean, c, wait_mean), t.epsilon, upper)
+    overloaded = load >= slots
+    return np.where(overloaded, np.nan, ttft), np.where(overloaded, np.nan, t.tbt_q / (1.0 - stall))
