@@ -23,7 +23,9 @@ from fleetplan.solver import capacity
 
 ROLES = ("prefill", "decode", "colocated")
 ANY_DEVICE = "*"
-FLAT_DEFAULT = 0.5  # flat headroom when max_utilization is not given (the v1 default, from the headroom sweep)
+FLAT_DEFAULT = (
+    0.5  # flat headroom when max_utilization is not given (the v1 default, from the headroom sweep)
+)
 _GROUP = ["model", "device", "tp", "batch"]
 
 
@@ -52,7 +54,7 @@ class Candidates:
 
 
 def class_table(request: PlanRequest) -> pd.DataFrame:
-    """Per class: model, owner of its pools, shape, demand, SLO and KV gigabits per request (8 * S_w / 1e9)."""
+    """Per class: model, owner of its pools, shape, demand, SLO and KV Gbit per request (8 * S_w / 1e9)."""
     specs = request.model_specs()
     pooling = request.options.pooling
     rows = [
@@ -229,9 +231,9 @@ def drop_dominated_pools(pools: pd.DataFrame, uses: pd.DataFrame) -> tuple[pd.Da
     """Drop pools another pool of the same (owner, role, device, tp) makes useless, and renumber.
 
     Pool A dominates pool B when every (class, key) use of B is also a use of A with at least B's
-    admissible per-instance rate (rate x headroom), NIC headroom and (prefill) level. Both use the same devices, cost and NIC per
-    instance, so any plan with B instances can run them as A instances instead: dropping B loses no
-    optimum. Of pools that dominate each other, the lowest-numbered stays.
+    admissible per-instance rate (rate x headroom), NIC headroom and (prefill) level. Both use the same
+    devices, cost and NIC per instance, so any plan with B instances can run them as A instances instead:
+    dropping B loses no optimum. Of pools that dominate each other, the lowest-numbered stays.
     """
     group = ["owner", "role", "device", "tp"]
     left = uses[[*group, "w", "key", "pool", "level"]].assign(
@@ -257,7 +259,9 @@ def drop_dominated_pools(pools: pd.DataFrame, uses: pd.DataFrame) -> tuple[pd.Da
     return keep_pools(pools, uses, ~pools.index.isin(drop))
 
 
-def keep_pools(pools: pd.DataFrame, uses: pd.DataFrame, keep: np.ndarray) -> tuple[pd.DataFrame, pd.DataFrame]:
+def keep_pools(
+    pools: pd.DataFrame, uses: pd.DataFrame, keep: np.ndarray
+) -> tuple[pd.DataFrame, pd.DataFrame]:
     """The pools where `keep` holds, renumbered 0..n-1, and the uses of those pools."""
     kept = pools[keep].reset_index(drop=True)
     kept.index.name = "pool"
@@ -301,7 +305,6 @@ def _drop_unreachable(uses: pd.DataFrame) -> pd.DataFrame:
 # --- headroom (fleetplan/solver/capacity.py) -----------------------------------------------------------
 
 LEVEL_STEP = 0.05  # admissible utilizations are rounded down to this grid: few distinct pool levels
-NIC_FLOOR = 0.2  # a use whose KV transfers fit only below this NIC headroom would throttle its pool: dropped
 
 
 def percentile_curves(uses: pd.DataFrame, classes: pd.DataFrame, table: ProfileTable) -> capacity.Curves:
@@ -339,7 +342,9 @@ def use_table(uses: pd.DataFrame, classes: pd.DataFrame) -> capacity.UseTable:
     slowest_source = uses[prefill].groupby("w")["bw_gbps"].min()
     source_bw = uses["w"].map(slowest_source).to_numpy(float)
     min_bw = np.where(prefill, np.minimum(own, uses["decode_bw"].to_numpy(float)), np.minimum(own, source_bw))
-    t_kv = np.where(prefill, uses["t_kv_ms"].to_numpy(float), transfer_ms(c["kv_gbit"].to_numpy(), own, min_bw))
+    t_kv = np.where(
+        prefill, uses["t_kv_ms"].to_numpy(float), transfer_ms(c["kv_gbit"].to_numpy(), own, min_bw)
+    )
     t_kv = np.where(uses["role"].to_numpy() == "colocated", 0.0, np.nan_to_num(t_kv))
     return capacity.UseTable(
         w=uses["w"].to_numpy(np.int64),
@@ -359,7 +364,9 @@ def use_table(uses: pd.DataFrame, classes: pd.DataFrame) -> capacity.UseTable:
     )
 
 
-def headroom_levels(uses: pd.DataFrame, classes: pd.DataFrame, request: PlanRequest, table: ProfileTable) -> pd.DataFrame:
+def headroom_levels(
+    uses: pd.DataFrame, classes: pd.DataFrame, request: PlanRequest, table: ProfileTable
+) -> pd.DataFrame:
     """Give every use its admissible utilization `rho` and NIC cap `nic_rho`, and expand pools into levels.
 
     flat: rho = max_utilization everywhere (NICs too). queueing: per use from capacity.py, capped by
@@ -371,15 +378,16 @@ def headroom_levels(uses: pd.DataFrame, classes: pd.DataFrame, request: PlanRequ
     if options.capacity_model == "flat":
         rho = options.max_utilization if options.max_utilization is not None else FLAT_DEFAULT
         return uses.assign(rho=rho, nic_rho=rho, kv_slack_ms=0.0)
-    t = capacity.with_kv_reserve(use_table(uses, classes))
+    curves = percentile_curves(uses, classes, table)
+    t = capacity.with_kv_reserve(use_table(uses, classes), curves)
     uses = uses.assign(kv_slack_ms=t.kv_slack_ms)
-    admissible = capacity.rates(t, percentile_curves(uses, classes, table))
+    admissible = capacity.rates(t, curves)
     rho = np.clip(admissible / t.rate, 0.0, 1.0)
-    nic = capacity.nic_caps(t)
+    nic, usable = capacity.nic_caps(t)
     if options.max_utilization is not None:
         rho, nic = np.minimum(rho, options.max_utilization), np.minimum(nic, options.max_utilization)
     rho = np.floor(rho / LEVEL_STEP + 1e-9) * LEVEL_STEP
-    uses = uses.assign(use_rho=rho, nic_rho=nic)[(rho >= capacity.RHO_MIN) & (nic >= NIC_FLOOR)]
+    uses = uses.assign(use_rho=rho, nic_rho=nic)[(rho >= capacity.RHO_MIN) & usable]
     base = ["owner", "role", "device", "tp", "batch"]
     levels = uses[[*base, "use_rho"]].drop_duplicates().rename(columns={"use_rho": "rho"})
     expanded = uses.merge(levels, on=base)
@@ -424,7 +432,9 @@ def link_headroom(uses: pd.DataFrame, request: PlanRequest) -> tuple[pd.DataFram
     return uses[~dropped].reset_index(drop=True), out
 
 
-def predicted_latency(cand: Candidates, uses: pd.DataFrame, rate: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def predicted_latency(
+    cand: Candidates, uses: pd.DataFrame, rate: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
     """(TTFT, TBT) at the SLO percentile of `uses` when one instance takes `rate` requests/s of each
     (capacity.predict: the same queueing model that set the admissible loads, also under "flat")."""
     if uses.empty or cand.table is None:
@@ -432,8 +442,10 @@ def predicted_latency(cand: Candidates, uses: pd.DataFrame, rate: np.ndarray) ->
     uses = uses.reset_index(drop=True)
     t = use_table(uses, cand.classes)
     t = capacity.UseTable(
-        **{**{f: getattr(t, f) for f in t.__dataclass_fields__},
-           "kv_slack_ms": uses["kv_slack_ms"].to_numpy(float)}
+        **{
+            **{f: getattr(t, f) for f in t.__dataclass_fields__},
+            "kv_slack_ms": uses["kv_slack_ms"].to_numpy(float),
+        }
     )
     return capacity.predict(t, percentile_curves(uses, cand.classes, cand.table), rate)
 
@@ -442,7 +454,11 @@ def _renumber_tiers(uses: pd.DataFrame) -> pd.DataFrame:
     """Close the gaps that dropped decode uses leave in the tiers of each (class, key): tiers become
     0..J-1 again, and a prefill level becomes the last remaining tier at or below it (nested sets kept)."""
     decode = uses["role"] == "decode"
-    tiers = uses.loc[decode, ["w", "key", "tier"]].drop_duplicates().sort_values(["w", "key", "tier"], kind="stable")
+    tiers = (
+        uses.loc[decode, ["w", "key", "tier"]]
+        .drop_duplicates()
+        .sort_values(["w", "key", "tier"], kind="stable")
+    )
     tiers["new"] = tiers.groupby(["w", "key"]).cumcount()
     uses = uses.copy()
     mapped = uses[decode].merge(tiers, on=["w", "key", "tier"], how="left")["new"].to_numpy()
@@ -451,7 +467,9 @@ def _renumber_tiers(uses: pd.DataFrame) -> pd.DataFrame:
     left = uses.loc[prefill, ["w", "key", "level"]].reset_index()
     left = left.sort_values("level", kind="stable")
     right = tiers.rename(columns={"tier": "level_old"}).sort_values("level_old", kind="stable")
-    merged = pd.merge_asof(left, right, left_on="level", right_on="level_old", by=["w", "key"], direction="backward")
+    merged = pd.merge_asof(
+        left, right, left_on="level", right_on="level_old", by=["w", "key"], direction="backward"
+    )
     new_level = pd.Series(merged["new"].to_numpy(), index=merged["index"].to_numpy())
     uses.loc[prefill, "level"] = new_level.reindex(uses.index[prefill]).to_numpy()
     keep = ~prefill | uses["level"].notna()

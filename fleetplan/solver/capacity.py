@@ -40,6 +40,7 @@ from fleetplan.profiler.latency import quantile_ms
 KV_SHARE = 0.25  # of the TTFT slack, reserved for the mean waits of the KV transfer queues
 KV_SERVERS = 3  # source NIC, destination NIC, link: each gets an equal part of the KV reserve
 RHO_MIN = 0.02  # a use admissible below this utilization is not worth a pool
+NIC_FLOOR = 0.2  # a use whose KV transfers fit only below this NIC time share would throttle its pool
 BISECTIONS = 40
 # The SLO is planned at TAIL_MARGIN x its tail probability (p95 for a p90 SLO, p99.5 for p99): the promise
 # is judged on 600 s windows, where the empirical percentile of a class of a few requests/s scatters by
@@ -132,8 +133,10 @@ def bisect_rate(feasible, upper: np.ndarray) -> np.ndarray:
     return lo
 
 
-def batch_fixed_point(rate: np.ndarray, curves: Curves, batch: np.ndarray, extra_ms: np.ndarray) -> np.ndarray:
-    """Batch occupancy n* = clip(rate * (E[S(n*)] + extra), 1, b): what arrives during one batch forms the next."""
+def batch_fixed_point(
+    rate: np.ndarray, curves: Curves, batch: np.ndarray, extra_ms: np.ndarray
+) -> np.ndarray:
+    """Batch occupancy n* = clip(rate (E[S(n*)] + extra), 1, b): what arrives during a batch is the next."""
     n = np.ones_like(rate)
     for _ in range(12):
         mean, _ = moments(service_grid(curves.at("ttft", n)))
@@ -199,15 +202,24 @@ class UseTable:
     kv_slack_ms: np.ndarray  # TTFT slack reserved for the KV queues (with_kv_reserve)
 
 
-def with_kv_reserve(t: UseTable) -> UseTable:
+def with_kv_reserve(t: UseTable, curves: Curves) -> UseTable:
     """Reserve KV_SHARE of the TTFT slack for the KV queues of every use whose KV moves.
 
-    A prefill use's slack is slo.ttft_ms - TTFT_q - t_kv; a decode use (whose source is not known) gets
-    the smallest reserve among its class's prefill uses."""
+    A prefill use's slack is slo.ttft_ms - TTFT_q(1) - t_kv with its single-request prefill time (the
+    service a lightly loaded instance gives; the prefill queue's own admissible load is then found with
+    these KV waits inside the tail). A decode use (whose source is not known) gets the smallest reserve
+    among its class's prefill uses."""
+    column = np.select([t.epsilon >= 0.05 * TAIL_MARGIN, t.epsilon >= 0.005 * TAIL_MARGIN], [1, 2], 0)
+    single = curves.at("ttft", np.ones(len(t.rate)))
+    single = np.where(
+        np.isfinite(single[np.arange(len(column)), column]), single[np.arange(len(column)), column], t.ttft_q
+    )
     prefill = (t.role == "prefill") & (t.t_kv > 0)
-    slack = np.where(prefill, KV_SHARE * np.maximum(t.ttft_slo - t.ttft_q - t.t_kv, 0.0), np.inf)
+    slack = np.where(prefill, KV_SHARE * np.maximum(t.ttft_slo - single - t.t_kv, 0.0), np.inf)
+    # prefill uses whose NICs could run only below NIC_FLOOR are dropped (nic_caps): they do not count
+    kept = prefill & (md1_cap(t.t_kv, slack / KV_SERVERS) >= NIC_FLOOR)
     by_class = np.full(int(t.w.max(initial=0)) + 1, np.inf)
-    np.minimum.at(by_class, t.w[prefill], slack[prefill])
+    np.minimum.at(by_class, t.w[kept], slack[kept])
     decode = (t.role == "decode") & (t.t_kv > 0)
     slack = np.where(prefill, slack, np.where(decode, by_class[t.w], 0.0))
     slack = np.where(np.isfinite(slack), slack, 0.0)
@@ -225,8 +237,8 @@ def rates(t: UseTable, curves: Curves) -> np.ndarray:
 
 
 def _prefill_rates(t: UseTable, curves: Curves) -> np.ndarray:
-    # the KV cache crosses the two NICs at their caps (the waits join the tail) and maybe a link budget,
-    # whose share of the reserve is taken off the limit
+    # the KV cache crosses the two NICs at their caps: those waits join the TTFT tail; a link budget's
+    # share of the reserve is taken off the limit
     limit = t.ttft_slo - t.t_kv - np.where(t.t_kv > 0, t.kv_slack_ms / KV_SERVERS, 0.0)
     return prefill_admissible(curves, t.batch, limit, t.epsilon, t.rate, kv_wait(t))
 
@@ -284,14 +296,16 @@ def kv_wait(t: UseTable) -> tuple[np.ndarray, np.ndarray]:
     return prob, np.where(prob > 0, mean_total / np.maximum(prob, 1e-12), 0.0)
 
 
-def nic_caps(t: UseTable) -> np.ndarray:
-    """Largest NIC utilization (traffic / own NIC bandwidth) per use: the M/D/1 cap at which the mean wait
-    stays within the NIC's share of the KV reserve, scaled by min_bw / own_bw because a transfer holds the
-    NIC for kv / min(both ends)."""
-    cap = md1_cap(t.t_kv, t.kv_slack_ms / KV_SERVERS)
+def nic_caps(t: UseTable) -> tuple[np.ndarray, np.ndarray]:
+    """(largest NIC utilization as traffic / own NIC bandwidth, whether the use keeps its NICs usable).
+
+    The cap is the M/D/1 utilization at which the mean wait stays within the NIC's share of the KV
+    reserve, scaled by min_bw / own_bw because a transfer holds the NIC for kv / min(both ends). A use
+    whose NICs could only run below NIC_FLOOR of their time would throttle its pool: it is not usable."""
+    cap = np.where(t.t_kv > 0, md1_cap(t.t_kv, t.kv_slack_ms / KV_SERVERS), 1.0)
     with np.errstate(invalid="ignore", divide="ignore"):
         ratio = np.where(np.isfinite(t.own_bw) & np.isfinite(t.min_bw), t.min_bw / t.own_bw, 1.0)
-    return np.where(t.t_kv > 0, cap * np.clip(ratio, 0.0, 1.0), 1.0)
+    return cap * np.clip(ratio, 0.0, 1.0), cap >= NIC_FLOOR
 
 
 def _subset(t: UseTable, mask: np.ndarray) -> UseTable:
@@ -325,7 +339,9 @@ def predict(t: UseTable, curves: Curves, rate: np.ndarray) -> tuple[np.ndarray, 
     if pre.any():
         s, c = _subset(t, pre), _subset_curves(curves, pre)
         kv = kv_wait(s)
-        ttft[pre] = bisect_limit(lambda lim: prefill_tail(rate[pre], c, s.batch, lim, kv), s.epsilon, upper[pre])
+        ttft[pre] = bisect_limit(
+            lambda lim: prefill_tail(rate[pre], c, s.batch, lim, kv), s.epsilon, upper[pre]
+        )
     dec = (t.role == "decode") & (t.steps > 0)
     if dec.any():
         s, c = _subset(t, dec), _subset_curves(curves, dec)
@@ -333,7 +349,9 @@ def predict(t: UseTable, curves: Curves, rate: np.ndarray) -> tuple[np.ndarray, 
         hold = s.steps * moments(grid)[0]
         slots = s.batch.astype(np.int64)
         tbt[dec] = bisect_limit(
-            lambda lim: decode_tail(rate[dec], grid, hold, slots, s.steps, lim), s.epsilon, 20.0 * s.tbt_slo + 1e3
+            lambda lim: decode_tail(rate[dec], grid, hold, slots, s.steps, lim),
+            s.epsilon,
+            20.0 * s.tbt_slo + 1e3,
         )
     col = t.role == "colocated"
     if col.any():

@@ -35,7 +35,7 @@ def _nic_used(cand: Candidates, flow: np.ndarray) -> np.ndarray:
 
 
 def solution_from(cand: Candidates, cols: Columns, values: np.ndarray) -> Solution:
-    """Round x, clip flows at 0 and drop instances no capacity or NIC constraint needs (they serve nothing)."""
+    """Round x, clip flows at 0, drop instances no capacity or NIC constraint needs (they serve nothing)."""
     flow = np.clip(values[cols.use_offset : cols.chain_offset], 0.0, None)
     flow[flow < EPS] = 0.0
     x = np.round(values[: cols.n_pools]).astype(np.int64)
@@ -61,7 +61,9 @@ def pool_groups(cand: Candidates, sol: Solution) -> np.ndarray:
     pools = cand.pools.assign(on=sol.instances > 0)
     pools = pools[pools["on"]].sort_values("rho", ascending=False, kind="stable")
     groups = np.zeros(len(cand.pools), np.int64)
-    groups[pools.index.to_numpy()] = pools.groupby(["owner", "role", "device", "tp", "batch"]).cumcount().to_numpy()
+    groups[pools.index.to_numpy()] = (
+        pools.groupby(["owner", "role", "device", "tp", "batch"]).cumcount().to_numpy()
+    )
     return groups
 
 
@@ -90,7 +92,9 @@ def pools_out(cand: Candidates, sol: Solution) -> list[Pool]:
 
 
 def _ref(row: pd.Series, groups: np.ndarray) -> PoolRef:
-    return PoolRef(device=row["device"], tp=int(row["tp"]), batch=int(row["batch"]), group=int(groups[row["pool"]]))
+    return PoolRef(
+        device=row["device"], tp=int(row["tp"]), batch=int(row["batch"]), group=int(groups[row["pool"]])
+    )
 
 
 def match_kv_flows(sources: pd.DataFrame, sinks: pd.DataFrame) -> list[tuple[int, int, float]]:
@@ -162,7 +166,9 @@ def routes_out(cand: Candidates, sol: Solution) -> dict[int, list[Route]]:
         kv = float(classes.at[w, "kv_gbit"])
         for p, d, rps in match_kv_flows(sources, sinks):
             src, dst = active.loc[p], active.loc[d]
-            t_kv = float(transfer_ms(np.array([kv]), np.array([src["bw_gbps"]]), np.array([dst["bw_gbps"]]))[0])
+            t_kv = float(
+                transfer_ms(np.array([kv]), np.array([src["bw_gbps"]]), np.array([dst["bw_gbps"]]))[0]
+            )
             prefill = _finite(src["pred_ttft_ms"], src["ttft_ms"])
             routes[w].append(
                 Route(
@@ -182,8 +188,14 @@ def routes_out(cand: Candidates, sol: Solution) -> dict[int, list[Route]]:
 
 
 def devices_out(cand: Candidates, sol: Solution) -> list[DeviceUse]:
-    used = pd.Series(sol.instances * cand.pools["tp"].to_numpy(), index=cand.pools["device"]).groupby(level=0).sum()
-    return [DeviceUse(name=d.name, used=int(used.get(d.name, 0)), available=d.count) for d in cand.request.devices]
+    used = (
+        pd.Series(sol.instances * cand.pools["tp"].to_numpy(), index=cand.pools["device"])
+        .groupby(level=0)
+        .sum()
+    )
+    return [
+        DeviceUse(name=d.name, used=int(used.get(d.name, 0)), available=d.count) for d in cand.request.devices
+    ]
 
 
 def links_out(cand: Candidates, routes: dict[int, list[Route]]) -> list[LinkUse]:

@@ -178,7 +178,9 @@ def define_devices(cand: Candidates, cols: Columns) -> Block:
     rows = position.loc[pools["device"]].to_numpy()
     n = len(devices)
     tp = pools["tp"].to_numpy(float)
-    return Block("devices", n, rows, np.arange(len(pools)), tp, np.full(n, -INF), devices["count"].to_numpy(float))
+    return Block(
+        "devices", n, rows, np.arange(len(pools)), tp, np.full(n, -INF), devices["count"].to_numpy(float)
+    )
 
 
 def define_nic(cand: Candidates, cols: Columns) -> Block:
@@ -201,7 +203,8 @@ def define_nic(cand: Candidates, cols: Columns) -> Block:
 
 
 def define_links(cand: Candidates, cols: Columns) -> Block:
-    """sum_{w, P on k_p -> decode on k_d} f * 8 S_w / 1e9 <= rho_L * L[k_p -> k_d]; over k_p != k_d <= rho_B * kv_budget.
+    """sum_{w, P on k_p -> decode on k_d} f * 8 S_w / 1e9 <= rho_L * L[k_p -> k_d]; over k_p != k_d:
+    <= rho_B * kv_budget.
 
     rho on these shared budgets goes beyond the v1 contract: a link planned at 100% queues without bound
     (docs/simulation.md). Flat: max_utilization; queueing: the M/D/1 cap of the tightest class that may
@@ -232,7 +235,13 @@ def define_links(cand: Candidates, cols: Columns) -> Block:
     if n == 0:
         return _empty("links")
     return Block(
-        "links", n, np.concatenate(rows), np.concatenate(columns), np.concatenate(vals), np.full(n, -INF), np.array(hi)
+        "links",
+        n,
+        np.concatenate(rows),
+        np.concatenate(columns),
+        np.concatenate(vals),
+        np.full(n, -INF),
+        np.array(hi),
     )
 
 
@@ -288,7 +297,9 @@ def column_bounds(cand: Candidates, cols: Columns) -> tuple[np.ndarray, np.ndarr
     # a prefill use appears once per key: its class's demand once per (w, pool) suffices
     first = ~uses.duplicated(["w", "pool"]).to_numpy()
     rho = pools["rho"].to_numpy(float)
-    load = np.bincount(uses["pool"][first], weights=(demand / uses["rate_rps"].to_numpy())[first], minlength=len(pools))
+    load = np.bincount(
+        uses["pool"][first], weights=(demand / uses["rate_rps"].to_numpy())[first], minlength=len(pools)
+    )
     nic = pools["device"].map(devices["nic_gbps"]).to_numpy()
     kv = uses["kv_gbit"].to_numpy()
     traffic = np.bincount(uses["pool"][first], weights=(demand * kv)[first], minlength=len(pools))

@@ -1,0 +1,282 @@
+"""Fidelity: does the planned SLO RPS hold in simulation, and how does it compare with the best uniform rho?
+
+    python -m bench.fidelity [--generated 30] [--duration 600] [--seeds 0 1 2] [--workers 2] [--only NAME ...]
+
+For every bundled request and `--generated` generated ones (random fleets of the paper set's devices,
+counts, classes, rates, SLO scales, p90/p99 mixes, weights and link budgets; fixed seeds):
+1. plan at default options (the queueing capacity model), simulate on every seed for `--duration` s after a
+   60 s warm-up, and record per served class the predicted and simulated TTFT/TBT at its SLO percentile and
+   `slo_met` (the promise of ../docs/formulation.md: every served class meets its percentile on every seed);
+2. plan with the flat model at uniform rho = 0.95, 0.90, ..., 0.30 and simulate each plan (a seed that
+   breaks a promise stops that rho): the best safe uniform plan is the first rho, from the top, whose plan
+   keeps every promise on every seed.
+Prints a table and writes bench/results/fidelity-<UTC timestamp>.json and fidelity-latest.json.
+"""
+
+import argparse
+import json
+import math
+import statistics
+import time
+from concurrent.futures import ProcessPoolExecutor
+from datetime import UTC, datetime
+from pathlib import Path
+
+import msgspec
+import numpy as np
+
+from bench.solver_scaling import git_info, git_line, machine_info, machine_line, table
+from fleetplan import fixtures
+from fleetplan.models.codec import read_request, to_builtins
+from fleetplan.models.plan import PlanRequest
+from fleetplan.simulator import simulate
+from fleetplan.solver import plan
+from fleetplan.solver.pipeline import resolve_profiles
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "bench" / "results"
+RHOS = [round(0.95 - 0.05 * k, 2) for k in range(14)]  # 0.95 .. 0.30
+BUNDLED = ("paper", "scarce_gpus", "link_bound", "infeasible")
+PROMPTS = {"short": 128, "medium": 512, "long": 1024}
+SLO = {"short": (200.0, 50.0), "medium": (500.0, 50.0), "long": (1000.0, 100.0)}  # paper.json's SLOs
+MODELS = {"1b": "llama-3.2-1b", "3b": "llama-3.2-3b", "mistral": "mistral-7b"}
+
+
+# --- requests -------------------------------------------------------------------------------------------
+
+
+def generated(seed: int) -> PlanRequest:
+    """A random request on the paper set's devices: counts, classes, rates, SLO scales, p90/p99, weights."""
+    rng = np.random.default_rng(1000 + seed)
+    base = to_builtins(read_request(fixtures.request_path("paper")))
+    specs = {d["name"]: d for d in base["devices"]}
+    counts = {
+        "a6000ada": int(rng.integers(1, 7)),
+        "inf2": int(rng.integers(0, 11)),
+        "tpu-v5e": int(rng.integers(0, 11)),
+    }
+    devices = [{**specs[name], "count": n} for name, n in counts.items() if n > 0]
+    workloads = []
+    n_classes = int(rng.integers(2, 8))
+    for index in range(n_classes):
+        model = str(rng.choice(list(MODELS)))
+        size = str(rng.choice(list(PROMPTS)))
+        scale = float(rng.choice([0.6, 0.8, 1.0, 1.25, 1.5]))
+        ttft, tbt = SLO[size]
+        workloads.append(
+            {
+                "name": f"{model}-{size}-{index}",
+                "model": MODELS[model],
+                "prompt_tokens": PROMPTS[size],
+                "output_tokens": int(rng.choice([32, 128, 256])),
+                "rate_rps": round(float(rng.uniform(1.0, 20.0)), 2),
+                "slo": {
+                    "ttft_ms": ttft * scale,
+                    "tbt_ms": tbt * scale,
+                    "percentile": int(rng.choice([90, 90, 99])),
+                },
+                "weight": float(rng.choice([1.0, 1.0, 0.5, 2.0])),
+            }
+        )
+    body = {
+        "devices": devices,
+        "workloads": workloads,
+        "profiles": {"set": "paper"},
+        "options": {"time_limit_s": 20},
+    }
+    if rng.random() < 0.3 and len(devices) > 1:
+        src, dst = rng.choice([d["name"] for d in devices], size=2, replace=False)
+        body["links"] = [
+            {"source": str(src), "target": str(dst), "gbps": float(rng.choice([5.0, 10.0, 25.0]))}
+        ]
+    return msgspec.convert(body, PlanRequest)
+
+
+def requests(n_generated: int) -> list[tuple[str, PlanRequest]]:
+    out = [(name, read_request(fixtures.request_path(name))) for name in BUNDLED]
+    return out + [(f"gen-{seed:02d}", generated(seed)) for seed in range(n_generated)]
+
+
+# --- one request ----------------------------------------------------------------------------------------
+
+
+def judge(
+    request: PlanRequest, result, seeds: list[int], duration: float, stop_early: bool
+) -> tuple[bool, list]:
+    """Simulate a plan on the seeds; (every served class met its percentile on every seed, reports)."""
+    table = resolve_profiles(request)
+    reports, ok = [], True
+    if result.slo_rps <= 0:
+        return True, reports
+    for seed in seeds:
+        report = simulate(request, result, table, duration_s=duration, warmup_s=60.0, seed=seed)
+        reports.append(report)
+        ok &= all(c.slo_met for c in report.classes if c.predicted_rps > 0)
+        if stop_early and not ok:
+            break
+    return ok, reports
+
+
+def class_rows(request: PlanRequest, result, reports: list) -> list[dict]:
+    """Per served class: predicted vs simulated TTFT/TBT at its percentile (worst seed) and slo_met."""
+    rows = []
+    by_name = {w.name: w for w in request.workloads}
+    for w in result.workloads:
+        if w.served_rps <= 0:
+            continue
+        q = by_name[w.name].slo.percentile
+        metrics = [next(c for c in r.classes if c.name == w.name) for r in reports]
+        rows.append(
+            {
+                "class": w.name,
+                "percentile": q,
+                "served_rps": w.served_rps,
+                "slo_ttft_ms": by_name[w.name].slo.ttft_ms,
+                "slo_tbt_ms": by_name[w.name].slo.tbt_ms,
+                "predicted_ttft_ms": max(r.ttft_ms for r in w.routes),
+                "predicted_tbt_ms": max(r.tbt_ms for r in w.routes),
+                "simulated_ttft_ms": max((getattr(m, f"ttft_ms_p{q}") or math.inf) for m in metrics),
+                "simulated_tbt_ms": max((getattr(m, f"tbt_ms_p{q}") or math.inf) for m in metrics),
+                "slo_met": all(m.slo_met for m in metrics),
+            }
+        )
+    return rows
+
+
+def best_uniform(request: PlanRequest, seeds: list[int], duration: float) -> dict:
+    """The first rho from the top whose flat plan keeps every promise on every seed."""
+    tried = []
+    for rho in RHOS:
+        options = msgspec.structs.replace(request.options, capacity_model="flat", max_utilization=rho)
+        at_rho = msgspec.structs.replace(request, options=options)
+        result = plan(at_rho, with_baselines=False)
+        ok, _ = judge(at_rho, result, seeds, duration, stop_early=True)
+        tried.append({"rho": rho, "slo_rps": result.slo_rps, "safe": ok})
+        if ok:
+            return {"rho": rho, "slo_rps": result.slo_rps, "tried": tried}
+    return {"rho": None, "slo_rps": 0.0, "tried": tried}
+
+
+def evaluate(job: tuple[str, PlanRequest, list[int], float]) -> dict:
+    name, request, seeds, duration = job
+    began = time.perf_counter()
+    result = plan(request, with_baselines=False)
+    ok, reports = judge(request, result, seeds, duration, stop_early=False)
+    simulated = statistics.mean(r.goodput_rps for r in reports) if reports else 0.0
+    return {
+        "request": name,
+        "status": result.status,
+        "slo_rps": result.slo_rps,
+        "demand_rps": result.demand_rps,
+        "safe": ok,
+        "simulated_goodput_rps": simulated,
+        "classes": class_rows(request, result, reports),
+        "uniform": best_uniform(request, seeds, duration),
+        "wall_s": round(time.perf_counter() - began, 1),
+    }
+
+
+# --- report ---------------------------------------------------------------------------------------------
+
+
+def summary(rows: list[dict]) -> dict:
+    classes = [c for r in rows for c in r["classes"]]
+    ratios = [r["slo_rps"] / r["uniform"]["slo_rps"] for r in rows if r["uniform"]["slo_rps"] > 0]
+    goodput = [r["simulated_goodput_rps"] / r["slo_rps"] - 1 for r in rows if r["slo_rps"] > 0]
+    return {
+        "requests": len(rows),
+        "requests_safe": sum(r["safe"] for r in rows),
+        "served_classes": len(classes),
+        "classes_keeping_promise": sum(c["slo_met"] for c in classes),
+        "requests_at_least_uniform": sum(
+            r["slo_rps"] >= r["uniform"]["slo_rps"] * (1 - 1e-6) or not r["uniform"]["slo_rps"] for r in rows
+        ),
+        "geomean_ratio_vs_uniform": math.exp(statistics.mean(math.log(x) for x in ratios))
+        if ratios
+        else None,
+        "min_ratio_vs_uniform": min(ratios) if ratios else None,
+        "goodput_sim_vs_plan_worst": max(goodput, key=abs) if goodput else None,
+        "goodput_sim_vs_plan_mean": statistics.mean(goodput) if goodput else None,
+    }
+
+
+def render(rows: list[dict], total: dict) -> str:
+    lines = []
+    body = []
+    for r in rows:
+        u = r["uniform"]
+        ratio = r["slo_rps"] / u["slo_rps"] if u["slo_rps"] else math.nan
+        broken = [c["class"] for c in r["classes"] if not c["slo_met"]]
+        body.append(
+            [
+                r["request"],
+                f"{r['slo_rps']:.2f}",
+                f"{r['simulated_goodput_rps']:.2f}",
+                "yes" if r["safe"] else "NO: " + ",".join(broken),
+                "-" if u["rho"] is None else f"{u['rho']:.2f}",
+                f"{u['slo_rps']:.2f}",
+                f"{ratio:.3f}",
+            ]
+        )
+    headers = ["request", "SLO RPS", "sim goodput", "promise kept", "best safe rho", "its SLO RPS", "ratio"]
+    lines.append(table(headers, body, right={1, 2, 5, 6}))
+    lines.append("")
+    lines.append(
+        f"promise kept: {total['classes_keeping_promise']}/{total['served_classes']} served classes, "
+        f"{total['requests_safe']}/{total['requests']} requests; SLO RPS >= best safe uniform on "
+        f"{total['requests_at_least_uniform']}/{total['requests']}; geomean ratio "
+        f"{total['geomean_ratio_vs_uniform']:.3f} (min {total['min_ratio_vs_uniform']:.3f}); "
+        f"simulated goodput vs planned: mean {total['goodput_sim_vs_plan_mean']:+.2%}, "
+        f"worst {total['goodput_sim_vs_plan_worst']:+.2%}"
+    )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--generated", type=int, default=30)
+    parser.add_argument("--duration", type=float, default=600.0)
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--only", nargs="*", help="request names to run (e.g. paper gen-03)")
+    args = parser.parse_args(argv)
+    began = time.perf_counter()
+    jobs = [
+        (n, r, args.seeds, args.duration)
+        for n, r in requests(args.generated)
+        if not args.only or n in args.only
+    ]
+    with ProcessPoolExecutor(max_workers=args.workers) as pool:
+        rows = []
+        for row in pool.map(evaluate, jobs):
+            rows.append(row)
+            print(
+                f"{row['request']}: {row['slo_rps']:.2f} SLO RPS, safe={row['safe']}, uniform rho "
+                f"{row['uniform']['rho']} -> {row['uniform']['slo_rps']:.2f} ({row['wall_s']} s)",
+                flush=True,
+            )
+    total = summary(rows)
+    text = render(rows, total)
+    machine, git = machine_info(), git_info()
+    print(machine_line(machine))
+    print(git_line(git))
+    print(text)
+    record = {
+        "benchmark": "fidelity",
+        "machine": machine,
+        "git": git,
+        "args": vars(args),
+        "wall_s": round(time.perf_counter() - began, 1),
+        "summary": total,
+        "requests": rows,
+        "table": text,
+    }
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    for path in (RESULTS / f"fidelity-{stamp}.json", RESULTS / "fidelity-latest.json"):
+        path.write_text(json.dumps(record, indent=2, default=str) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
