@@ -202,3 +202,74 @@ def test_trace_rows_naming_a_model_go_to_that_models_classes(paper_headroom):
     assert by_name["1b-short"].arrivals == 0
     assert report.unrouted == 10 + 10 * sum(not served[name] for name in named)
     assert report.arrivals == 10 * sum(served[name] for name in named)
+
+
+@pytest.fixture(scope="module")
+def with_unserved_class():
+    """The paper fixture plus a class whose prompt is outside every profile: the plan cannot serve it."""
+    request = _paper(0.6)
+    too_long = msgspec.structs.replace(
+        request.workloads[0], name="1b-too-long", prompt_tokens=4096, rate_rps=5.0
+    )
+    request = msgspec.structs.replace(request, workloads=[*request.workloads, too_long])
+    result = plan(request, with_baselines=False)
+    assert result.workloads[-1].served_rps == 0.0
+    return request, result, resolve_profiles(request)
+
+
+def test_an_unserved_class_shows_zero_attainment_and_its_demand(with_unserved_class):
+    request, result, table = with_unserved_class
+    report = simulate(request, result, table, duration_s=60.0, warmup_s=10.0, seed=2, rate_scale=1.5)
+    unserved = report.classes[-1]
+    assert unserved.arrivals == 0
+    assert unserved.attainment == 0.0  # never 100% for demand the plan turns away
+    assert unserved.attainment_of_demand == 0.0
+    assert unserved.demand_rps == pytest.approx(5.0 * 1.5)
+    assert not unserved.slo_met
+    for c, w, res in zip(report.classes, request.workloads, result.workloads, strict=True):
+        assert c.demand_rps == pytest.approx(w.rate_rps * 1.5)
+        share = res.served_rps / w.rate_rps
+        assert c.attainment_of_demand == pytest.approx(c.attainment * share, abs=2e-6)
+    demand = sum(w.rate_rps for w in request.workloads) * 1.5
+    assert report.demand_rps == pytest.approx(demand)
+    met = sum(
+        c.attainment * res.served_rps * 1.5 for c, res in zip(report.classes, result.workloads, strict=True)
+    )
+    assert report.attainment_of_demand == pytest.approx(met / demand, abs=1e-5)
+    served = sum(res.served_rps for res in result.workloads) * 1.5
+    assert report.attainment_of_demand <= served / demand + 1e-9 < 1.0
+
+
+def test_trace_demand_counts_rows_the_plan_does_not_serve(with_unserved_class):
+    request, result, table = with_unserved_class
+    shapes = [(128, 128), (4000, 128)]  # 1b-short, and the unserved 1b-too-long
+    frame = pd.DataFrame(
+        [(0.5 * i, *shapes[i % 2]) for i in range(40)],
+        columns=["TIMESTAMP", "ContextTokens", "GeneratedTokens"],
+    )
+    report = simulate(request, result, table, duration_s=20.0, warmup_s=0.0, trace=frame, seed=0)
+    by_name = {c.name: c for c in report.classes}
+    assert report.unrouted == 20
+    assert by_name["1b-too-long"].demand_rps == pytest.approx(20 / 20.0)
+    assert by_name["1b-too-long"].attainment_of_demand == 0.0
+    assert by_name["1b-short"].demand_rps == pytest.approx(20 / 20.0)
+    assert report.demand_rps == pytest.approx(40 / 20.0)
+    met = by_name["1b-short"].goodput_rps * 20.0
+    assert report.attainment_of_demand == pytest.approx(met / 40)
+    assert report.attainment == pytest.approx(met / 20)
+
+
+def test_simulate_command_shows_both_attainments(with_unserved_class, tmp_path):
+    from click.testing import CliRunner
+
+    from fleetplan.api.cli import main
+
+    request, _, _ = with_unserved_class
+    path = tmp_path / "request.json"
+    path.write_bytes(msgspec.json.encode(request))
+    out = CliRunner().invoke(main, ["simulate", str(path), "--duration", "20", "--warmup", "5"])
+    assert out.exit_code == 0, out.output
+    assert "of admitted requests" in out.output
+    assert "of offered demand" in out.output
+    row = next(line for line in out.output.splitlines() if line.startswith("1b-too-long"))
+    assert row.split()[5:7] == ["0.0%", "0.0%"]  # attainment, of demand

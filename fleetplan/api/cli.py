@@ -385,8 +385,11 @@ def simulate_command(
 
     FILE is a PlanRequest (planned first) or a Plan with --request.
     """
+    import io
+
     import msgspec
 
+    from fleetplan.api.render import render_simulation
     from fleetplan.models.codec import decode, encode, read_request
     from fleetplan.models.errors import InputError, PlannerError
     from fleetplan.models.plan import Plan
@@ -424,25 +427,6 @@ def simulate_command(
     if as_json:
         click.echo(msgspec.json.format(encode(report), indent=2).decode())
         return
-    click.echo(
-        f"simulated {report.duration_s:g} s ({report.arrivals_source} arrivals, seed {report.seed}, "
-        f"rate x{report.rate_scale:g}): goodput {report.goodput_rps:.2f} RPS vs {report.predicted_goodput_rps:.2f} "
-        f"predicted, attainment {report.attainment:.1%}, {report.events:,} events in {report.wall_ms:,.0f} ms"
-    )
-    header = f"{'class':<16} {'offered':>8} {'goodput':>8} {'predicted':>9} {'attain':>7} {'TTFT p90':>9} " \
-             f"{'SLO':>6} {'TBT p90':>8} {'SLO':>6} {'queue ms':>9}"
-    click.echo(header)
-    for c in report.classes:
-        click.echo(
-            f"{c.name:<16} {c.offered_rps:>8.2f} {c.goodput_rps:>8.2f} {c.predicted_rps:>9.2f} {c.attainment:>7.1%} "
-            f"{_ms(c.ttft_ms_p90):>9} {c.slo_ttft_ms:>6g} {_ms(c.tbt_ms_p90):>8} {c.slo_tbt_ms:>6g} "
-            f"{_ms(c.mean_queue_wait_ms):>9}"
-        )
-    click.echo(f"{'pool':<44} {'util predicted':>14} {'util simulated':>14}")
-    for p in report.pools:
-        label = f"{p.role} {p.workload or p.model} {p.device}/tp{p.tp}/b{p.batch} x{p.instances}"
-        click.echo(f"{label:<44} {p.utilization_predicted:>14.1%} {p.utilization_simulated:>14.1%}")
-
-
-def _ms(value: float | None) -> str:
-    return "-" if value is None else f"{value:.1f}"
+    buffer = io.StringIO()
+    render_simulation(report, buffer)
+    click.echo(buffer.getvalue(), nl=False)

@@ -1,13 +1,15 @@
-"""A Plan as tables for a terminal: rich when it is installed, aligned plain text otherwise.
+"""A Plan, or a SimulationReport, as tables for a terminal: rich when it is installed, aligned plain text
+otherwise.
 
-`plan_report` turns a Plan into neutral sections (title, headers, rows); the two renderers only lay
-them out, so both show the same figures.
+`plan_report` and `simulation_report` turn a result into neutral sections (title, headers, rows); the
+renderers only lay them out, so both show the same figures.
 """
 
 from collections.abc import Sequence
 from typing import IO
 
 from fleetplan.models.plan import Plan, PoolRef, Route
+from fleetplan.models.simulation import ClassMetrics, SimulationReport
 
 Row = Sequence[str]
 
@@ -118,10 +120,9 @@ def footer_lines(plan: Plan) -> list[str]:
     return lines
 
 
-def render_plain(plan: Plan, out: IO[str]) -> None:
-    """Aligned columns, no colour: for terminals without rich and for logs."""
-    out.write(summary_line(plan) + "\n")
-    for section in plan_report(plan):
+def write_sections(sections: list[Section], out: IO[str]) -> None:
+    """Each section as a titled table of aligned plain-text columns."""
+    for section in sections:
         out.write(f"\n{section.title}\n")
         table = [list(section.headers), *[list(r) for r in section.rows]]
         widths = [max(len(row[i]) for row in table) for i in range(len(section.headers))]
@@ -130,6 +131,12 @@ def render_plain(plan: Plan, out: IO[str]) -> None:
             out.write(line.rstrip() + "\n")
             if n == 0:
                 out.write("  ".join("-" * width for width in widths) + "\n")
+
+
+def render_plain(plan: Plan, out: IO[str]) -> None:
+    """Aligned columns, no colour: for terminals without rich and for logs."""
+    out.write(summary_line(plan) + "\n")
+    write_sections(plan_report(plan), out)
     out.write("\n" + "\n".join(footer_lines(plan)) + "\n")
 
 
@@ -162,4 +169,79 @@ def render(plan: Plan, out: IO[str], *, plain: bool = False) -> None:
     (render_plain if plain else render_rich)(plan, out)
 
 
-__all__ = ["plan_report", "render", "render_plain", "render_rich", "route_label", "summary_line"]
+# --- a simulation (fleetplan simulate) ---------------------------------------------------------------------
+
+
+def simulation_summary(report: SimulationReport) -> list[str]:
+    """What was run, then both attainments: of the admitted requests and of all offered demand."""
+    of_demand = "-" if report.attainment_of_demand is None else _pct(report.attainment_of_demand)
+    lines = [
+        f"simulated {report.duration_s:g} s ({report.arrivals_source} arrivals, seed {report.seed}, "
+        f"rate x{report.rate_scale:g}): {report.events:,} events in {report.wall_ms:,.0f} ms",
+        f"attainment {_pct(report.attainment)} of admitted requests ({_num(report.offered_rps)} RPS "
+        f"admitted), {of_demand} of offered demand ({_num(report.demand_rps)} RPS)",
+        f"goodput {_num(report.goodput_rps)} RPS simulated vs {_num(report.predicted_goodput_rps)} predicted",
+    ]
+    if report.unrouted:
+        lines.append(f"{report.unrouted:,} trace rows in the window had no served class (unrouted)")
+    return lines
+
+
+def _at_percentile(c: ClassMetrics, metric: str) -> float | None:
+    return getattr(c, f"{metric}_ms_p{c.slo_percentile}")
+
+
+def simulation_report(report: SimulationReport) -> list[Section]:
+    """Per class (latencies at the class's SLO percentile) and per pool, simulated next to predicted."""
+    classes = [
+        [
+            c.name,
+            _num(c.demand_rps),
+            _num(c.offered_rps),
+            _num(c.goodput_rps),
+            _num(c.predicted_rps),
+            _pct(c.attainment),
+            _pct(c.attainment_of_demand),
+            f"p{c.slo_percentile}",
+            f"{_num(_at_percentile(c, 'ttft'), 1)} / {c.slo_ttft_ms:g}",
+            f"{_num(_at_percentile(c, 'tbt'), 1)} / {c.slo_tbt_ms:g}",
+            _num(c.mean_queue_wait_ms, 1),
+            "yes" if c.slo_met else "no",
+        ]
+        for c in report.classes
+    ]
+    pools = [
+        [
+            f"{p.role} {p.workload or p.model} {p.device}/tp{p.tp}/b{p.batch} x{p.instances}",
+            _pct(p.utilization_predicted),
+            _pct(p.utilization_simulated),
+            _pct(p.occupancy_simulated),
+        ]
+        for p in report.pools
+    ]
+    headers = ["class", "demand", "admitted", "goodput", "predicted", "attainment", "of demand", "pct"]
+    headers += ["TTFT ms / SLO", "TBT ms / SLO", "queue ms", "SLO met"]
+    title = "classes (RPS; attainment of admitted requests and of all offered demand)"
+    return [
+        Section(title, headers, classes),
+        Section("pools", ["pool", "util predicted", "util simulated", "slot occupancy"], pools),
+    ]
+
+
+def render_simulation(report: SimulationReport, out: IO[str]) -> None:
+    """The simulate command's table view (plain text)."""
+    out.write("\n".join(simulation_summary(report)) + "\n")
+    write_sections(simulation_report(report), out)
+
+
+__all__ = [
+    "plan_report",
+    "render",
+    "render_plain",
+    "render_rich",
+    "render_simulation",
+    "route_label",
+    "simulation_report",
+    "simulation_summary",
+    "summary_line",
+]

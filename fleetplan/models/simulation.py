@@ -14,9 +14,15 @@ class ClassMetrics(Base):
 
     Per-request SLO rule: a request meets its SLO when it completes inside the run, its TTFT <= slo.ttft_ms
     and its mean inter-token gap ((done - first token) / (output_tokens - 1), 0 for one-token outputs)
-    <= slo.tbt_ms. `attainment` is the fraction of *measured arrivals* (arrived in the measured window)
-    meeting that rule, so a request still queued when the run ends counts as a miss. `slo_met` says whether
-    the class's own percentile definition holds: p_q(TTFT) <= slo.ttft_ms and p_q(TBT) <= slo.tbt_ms.
+    <= slo.tbt_ms. `slo_met` says whether the class's own percentile definition holds: p_q(TTFT) <=
+    slo.ttft_ms and p_q(TBT) <= slo.tbt_ms, every measured request completed.
+
+    Two attainments (docs/simulation.md, "Metrics"):
+    - `attainment`: of *admitted* requests, the fraction of measured arrivals (arrived in the measured
+      window) meeting the rule; a request still queued when the run ends counts as a miss.
+    - `attainment_of_demand`: of *all offered demand* (the class's `rate_rps` x rate_scale, or for a trace
+      every row of the class in the window): demand the plan does not serve counts as missed.
+    A class the plan does not serve has 0.0 for both (never 1.0).
     """
 
     name: Name
@@ -44,6 +50,9 @@ class ClassMetrics(Base):
     # per completed measured request, only when simulate(keep_samples=True) (e.g. for plots)
     ttft_ms_samples: list[float] | None = None
     tbt_ms_samples: list[float] | None = None
+    # offered demand and the attainment of all of it (always set by the simulator; None in older reports)
+    demand_rps: float | None = None
+    attainment_of_demand: float | None = None
 
 
 class PoolMetrics(Base):
@@ -64,7 +73,11 @@ class PoolMetrics(Base):
 
 
 class SimulationReport(Base):
-    """A replay of one plan: per class, per pool and fleet-wide, simulated next to predicted."""
+    """A replay of one plan: per class, per pool and fleet-wide, simulated next to predicted.
+
+    `offered_rps`, `arrivals` and `attainment` count the *admitted* requests (measured window);
+    `demand_rps` and `attainment_of_demand` all offered demand, served or not (see ClassMetrics).
+    """
 
     engine: Literal["heap", "simpy"]
     arrivals_source: Literal["poisson", "trace"]
@@ -85,6 +98,9 @@ class SimulationReport(Base):
     wall_ms: float
     classes: list[ClassMetrics]
     pools: list[PoolMetrics]
+    # always set by the simulator; None in older reports
+    demand_rps: float | None = None
+    attainment_of_demand: float | None = None
 
 
 __all__ = ["ClassMetrics", "PoolMetrics", "SimulationReport"]

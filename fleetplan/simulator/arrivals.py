@@ -12,14 +12,15 @@ from fleetplan.models.plan import PlanRequest
 
 @dataclass(frozen=True)
 class Arrivals:
-    """Requests in arrival order: time (s), class index, output tokens; and the measured-window rows a trace
-    offered that no served class could take (`unrouted`)."""
+    """Requests in arrival order: time (s), class index, output tokens; and for a trace, the measured-window
+    rows no served class could take (`unrouted`) and per class its rows in the window, served or not."""
 
     source: str  # "poisson" or "trace"
     times: np.ndarray
     classes: np.ndarray
     outputs: np.ndarray
     unrouted: int = 0
+    demand_rows: np.ndarray | None = None
 
 
 def load_trace(source) -> pd.DataFrame:
@@ -107,9 +108,11 @@ def trace_arrivals(
     o_all = frame["output_tokens"].to_numpy(np.int64)
     keep = t_all < t_stop
     routed = (c_all >= 0) & (served[np.maximum(c_all, 0)] > 0)
-    unrouted = int((keep & ~routed & (t_all >= window[0]) & (t_all < window[1])).sum())
+    in_window = keep & (t_all >= window[0]) & (t_all < window[1])
+    unrouted = int((in_window & ~routed).sum())
+    demand_rows = np.bincount(c_all[in_window & (c_all >= 0)], minlength=len(request.workloads))
     keep &= routed
-    return Arrivals("trace", t_all[keep], c_all[keep], o_all[keep], unrouted)
+    return Arrivals("trace", t_all[keep], c_all[keep], o_all[keep], unrouted, demand_rows)
 
 
 def draw_routes(classes: np.ndarray, route_cum: list[list[float]], rng: np.random.Generator) -> np.ndarray:

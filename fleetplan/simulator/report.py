@@ -52,6 +52,7 @@ class Run:
     pools: list[PoolState]
     unrouted: int
     events: int
+    demand_rows: np.ndarray | None = None  # trace: per class, its rows in the window, served or not
 
 
 def _pct(values: np.ndarray, q: float) -> float | None:
@@ -81,11 +82,38 @@ class _PerRequest:
         )
 
 
+@dataclass(frozen=True)
+class _Demand:
+    """One class's attainments: of admitted requests and of all offered demand, with the weights the fleet
+    figures sum (Poisson: rps of demand and of SLO-met demand; trace: rows)."""
+
+    admitted: float
+    demand_rps: float
+    of_demand: float
+    demand: float
+    met: float
+
+    @classmethod
+    def of(cls, rate_rps: float, run: Run, c: int, n_m: int, n_met: int) -> "_Demand":
+        """A class the plan does not serve scores 0 on both; a served class with no measured arrival 1
+        (nothing to miss). Poisson: of_demand = admitted x served / rate_rps (the unserved rest rejected
+        upfront); trace: SLO-met rows / all its rows in the window."""
+        s, served = run.settings, float(run.served[c])
+        admitted = 0.0 if served <= 0 else (n_met / n_m if n_m else 1.0)
+        if run.source == "poisson":
+            demand = rate_rps * s.rate_scale
+            of_demand = admitted * min(1.0, served / rate_rps) if rate_rps > 0 else 0.0
+            return cls(admitted, demand, of_demand, demand, of_demand * demand)
+        rows = int(run.demand_rows[c])
+        of_demand = n_met / rows if rows else admitted
+        return cls(admitted, rows / s.duration_s, of_demand, rows, n_met)
+
+
 def class_metrics(
     request: PlanRequest, plan: Plan, run: Run, req: _PerRequest, c: int
-) -> tuple[ClassMetrics, int]:
-    """One class: latency percentiles over its completed measured requests, attainment, goodput, waits;
-    and its number of SLO-met measured requests."""
+) -> tuple[ClassMetrics, int, _Demand]:
+    """One class: latency percentiles over its completed measured requests, attainments, goodput, waits;
+    its number of SLO-met measured requests and its demand figures."""
     w, res = request.workloads[c], plan.workloads[c]
     s = run.settings
     m = req.measured & (run.classes == c)
@@ -101,6 +129,7 @@ def class_metrics(
         and np.percentile(tb, q) <= w.slo.tbt_ms
     )
     decoded = md & np.isfinite(run.t_start)
+    demand = _Demand.of(w.rate_rps, run, c, n_m, n_met)
     metrics = ClassMetrics(
         name=w.name,
         offered_rps=round(float(run.served[c]) * s.rate_scale, 6)
@@ -120,7 +149,7 @@ def class_metrics(
         slo_percentile=q,
         slo_ttft_ms=w.slo.ttft_ms,
         slo_tbt_ms=w.slo.tbt_ms,
-        attainment=round(n_met / n_m, 6) if n_m else 1.0,
+        attainment=round(demand.admitted, 6),
         slo_met=slo_met,
         goodput_rps=round(n_met / s.duration_s, 6),
         mean_queue_wait_ms=round(float(req.wait[decoded].mean()), 4) if decoded.any() else None,
@@ -128,8 +157,10 @@ def class_metrics(
         mean_kv_transfer_ms=round(float(run.kv_ms[md].mean()), 4) if n_done else None,
         ttft_ms_samples=np.round(tt, 3).tolist() if s.keep_samples else None,
         tbt_ms_samples=np.round(tb, 3).tolist() if s.keep_samples else None,
+        demand_rps=round(demand.demand_rps, 6),
+        attainment_of_demand=round(demand.of_demand, 6),
     )
-    return metrics, n_met
+    return metrics, n_met, demand
 
 
 def pool_metrics(rp: PoolState, duration_s: float) -> PoolMetrics:
@@ -157,9 +188,20 @@ def build_report(request: PlanRequest, plan: Plan, run: Run, began: float) -> Si
     s = run.settings
     req = _PerRequest.of(run)
     per_class = [class_metrics(request, plan, run, req, c) for c in range(len(request.workloads))]
-    classes = [metrics for metrics, _ in per_class]
-    total_met = sum(n_met for _, n_met in per_class)
+    classes = [metrics for metrics, _, _ in per_class]
+    total_met = sum(n_met for _, n_met, _ in per_class)
     total_arrivals = int(req.measured.sum())
+    if total_arrivals:
+        attainment = total_met / total_arrivals
+    else:  # nothing admitted: vacuous only if the plan serves something
+        attainment = 1.0 if (run.served > 0).any() else 0.0
+    if run.source == "poisson":
+        demand = sum(d.demand for _, _, d in per_class)
+        of_demand = sum(d.met for _, _, d in per_class) / demand if demand > 0 else 0.0
+    else:  # every row in the window: admitted ones and unrouted ones (unserved class or no class)
+        rows = total_arrivals + run.unrouted
+        demand = rows / s.duration_s
+        of_demand = total_met / rows if rows else attainment
     return SimulationReport(
         engine="heap",
         arrivals_source=run.source,
@@ -172,7 +214,7 @@ def build_report(request: PlanRequest, plan: Plan, run: Run, began: float) -> Si
         offered_rps=round(total_arrivals / s.duration_s, 6),
         goodput_rps=round(total_met / s.duration_s, 6),
         predicted_goodput_rps=float(plan.slo_rps),
-        attainment=round(total_met / total_arrivals, 6) if total_arrivals else 1.0,
+        attainment=round(attainment, 6),
         arrivals=total_arrivals,
         completed=int((req.measured & req.done).sum()),
         unrouted=run.unrouted,
@@ -180,4 +222,6 @@ def build_report(request: PlanRequest, plan: Plan, run: Run, began: float) -> Si
         wall_ms=round(1e3 * (time.perf_counter() - began), 3),
         classes=classes,
         pools=[pool_metrics(rp, s.duration_s) for rp in run.pools],
+        demand_rps=round(demand, 6),
+        attainment_of_demand=round(of_demand, 6),
     )

@@ -123,6 +123,7 @@ def replay(
         pools=fleet.pools,
         unrouted=arrivals.unrouted,
         events=engine.events,
+        demand_rows=arrivals.demand_rows,
     )
 
 
