@@ -1,4 +1,4 @@
-"""Headroom from evidence: plan each fixture at several max_utilization values, simulate every plan, and report
+"""The flat model's headroom: plan each fixture at several max_utilization values, simulate every plan, report
 the highest value whose simulated SLO attainment stays >= 99% on every fixture.
 
     python -m bench.headroom_sweep [--values 0.4 0.5 ...] [--duration 600] [--seeds 0 1 2]
@@ -33,7 +33,7 @@ def sweep(values: list[float], duration_s: float, seeds: list[int]) -> list[dict
         request = read_request(fixtures.request_path(fixture))
         table = resolve_profiles(request)
         for rho in values:
-            options = msgspec.structs.replace(request.options, max_utilization=rho)
+            options = msgspec.structs.replace(request.options, capacity_model="flat", max_utilization=rho)
             at_rho = msgspec.structs.replace(request, options=options)
             planned = plan(at_rho, with_baselines=False)
             runs = [simulate(at_rho, planned, table, duration_s=duration_s, seed=seed) for seed in seeds]

@@ -104,7 +104,7 @@ def synthetic_request(
 
 
 def instance(name: str) -> PlanRequest:
-    """S, M or L at the default max_utilization; "M@0.9" plans the same instance at max_utilization 0.9."""
+    """S, M or L at default options; "M@0.9" plans the same instance with the flat model at rho 0.9."""
     base, _, rho = name.partition("@")
     if base == "S":
         request = read_request(fixtures.request_path("paper"))
@@ -116,6 +116,6 @@ def instance(name: str) -> PlanRequest:
         msg = f"unknown instance {name!r}"
         raise ValueError(msg)
     if rho:
-        options = msgspec.structs.replace(request.options, max_utilization=float(rho))
+        options = msgspec.structs.replace(request.options, capacity_model="flat", max_utilization=float(rho))
         request = msgspec.structs.replace(request, options=options)
     return request

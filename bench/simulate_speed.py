@@ -1,7 +1,7 @@
 """How fast the simulator (fleetplan.simulator) replays a plan: one simulated hour of a ~100-RPS fleet.
 
 The fleet is the paper fixture with twice the devices and twice the demand, planned with
-max_utilization 0.6 (so it is healthy); arrivals are scaled so the total offered rate is --rps.
+the flat model at max_utilization 0.6 (healthy); arrivals are scaled so the total offered rate is --rps.
 
     .venv/bin/python -m bench.simulate_speed                  # 1 h at 100 RPS, 3 repeats
     .venv/bin/python -m bench.simulate_speed --hours 0.25 --repeat 1
@@ -34,7 +34,7 @@ def fleet(scale: int = 2) -> PlanRequest:
     devices = [msgspec.structs.replace(d, count=d.count * scale) for d in request.devices]
     workloads = [msgspec.structs.replace(w, rate_rps=w.rate_rps * scale) for w in request.workloads]
     return msgspec.structs.replace(
-        request, devices=devices, workloads=workloads, options=Options(max_utilization=0.6)
+        request, devices=devices, workloads=workloads, options=Options(capacity_model="flat", max_utilization=0.6)
     )
 
 
