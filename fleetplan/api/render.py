@@ -37,7 +37,8 @@ def _ratio(value: float, base: float) -> str:
 
 
 def pool_label(ref: PoolRef) -> str:
-    return f"{ref.device}/tp{ref.tp}/b{ref.batch}"
+    """ "inf2/tp1/b4", and "inf2/tp1/b4#1" for a second group of that shape run at a lower headroom."""
+    return f"{ref.device}/tp{ref.tp}/b{ref.batch}" + (f"#{ref.group}" if ref.group else "")
 
 
 def route_label(route: Route) -> str:
@@ -79,8 +80,8 @@ def plan_report(plan: Plan) -> list[Section]:
                 reason if first else "",
             ])
     pools: list[Row] = [
-        [p.role, p.model + (f" ({p.workload})" if p.workload else ""), p.device, str(p.tp), str(p.batch),
-         str(p.instances), _pct(p.utilization)]
+        [p.role, p.model + (f" ({p.workload})" if p.workload else ""), p.device + (f"#{p.group}" if p.group else ""),
+         str(p.tp), str(p.batch), str(p.instances), _pct(p.utilization), _pct(p.headroom)]
         for p in plan.pools
     ]
     devices: list[Row] = [[d.name, f"{d.used}/{d.available}"] for d in plan.devices]
@@ -89,7 +90,7 @@ def plan_report(plan: Plan) -> list[Section]:
     ]
     sections = [
         Section("Classes", ["class", "served/demand", "route", "rps", "TTFT ms", "TBT ms", "reason"], routes),
-        Section("Pools", ["role", "model", "device", "tp", "batch", "instances", "utilization"], pools),
+        Section("Pools", ["role", "model", "device", "tp", "batch", "instances", "utilization", "headroom"], pools),
         Section("Devices", ["device", "used/available"], devices),
     ]
     if links:
