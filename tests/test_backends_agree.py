@@ -236,7 +236,7 @@ def make_request(devices: list[dict], workloads: list[dict], *, links: list[dict
             "kv_budget_gbps": kv_budget,
             "models": MODELS,
             "profiles": {"rows": ROWS},
-            "options": {"mip_rel_gap": 1e-9, "time_limit_s": 60, "max_utilization": 0.9, **options},
+            "options": {"mip_rel_gap": 1e-9, "time_limit_s": 60, "capacity_model": "flat", "max_utilization": 0.9, **options},
         },
         PlanRequest,
     )

@@ -361,7 +361,20 @@ def use_table(uses: pd.DataFrame, classes: pd.DataFrame) -> capacity.UseTable:
         own_bw=own,
         min_bw=min_bw,
         kv_slack_ms=np.zeros(len(uses)),
+        share=_share(uses, c),
     )
+
+
+def _share(uses: pd.DataFrame, c: pd.DataFrame) -> np.ndarray:
+    """Per use: the longest service (prefill: TTFT_q) or slot holding time (decode: steps x TBT_q;
+    colocated: TTFT_q + steps x TBT_q) among the classes that may share its pool shape, over its own."""
+    steps = np.maximum(c["output_tokens"].to_numpy(float) - 1.0, 1.0)
+    ttft, tbt = uses["ttft_ms"].to_numpy(float), uses["tbt_ms"].to_numpy(float)
+    role = uses["role"].to_numpy()
+    own = np.where(role == "prefill", ttft, np.where(role == "decode", 0.0, ttft) + steps * tbt)
+    shape = ["owner", "role", "device", "tp", "batch"]
+    longest = uses[shape].assign(own=own).groupby(shape)["own"].transform("max").to_numpy()
+    return np.maximum(longest / np.maximum(own, 1e-9), 1.0)
 
 
 def headroom_levels(

@@ -147,7 +147,7 @@ def batch_fixed_point(
 # --- prefill ----------------------------------------------------------------------------------------------
 
 
-def prefill_tail(rate, curves, batch, limit_ms, kv=None):
+def prefill_tail(rate, curves, batch, limit_ms, kv=None, share=1.0):
     """P(TTFT > limit) for one prefill instance at `rate` requests/s (batch-as-job M/G/1), with the KV
     queueing wait `kv` = (probability, conditional mean) added where the KV cache moves."""
     n = batch_fixed_point(rate, curves, batch, np.zeros_like(rate))
@@ -155,24 +155,24 @@ def prefill_tail(rate, curves, batch, limit_ms, kv=None):
     mean, residual = moments(grid)
     busy = np.clip(rate * mean / (1e3 * n), 0.0, 1.0)
     kv_prob, kv_mean = kv if kv is not None else (None, None)
-    prob = tail(grid, limit_ms, busy, residual / np.maximum(1.0 - busy, 1e-9), kv_prob, kv_mean)
+    prob = tail(grid, limit_ms, busy, share * residual / np.maximum(1.0 - busy, 1e-9), kv_prob, kv_mean)
     return np.where(busy >= 1.0, 1.0, prob)
 
 
-def prefill_admissible(curves, batch, limit_ms, epsilon, full_rate, kv=None):
+def prefill_admissible(curves, batch, limit_ms, epsilon, full_rate, kv=None, share=1.0):
     """Largest per-instance rate (requests/s) keeping P(TTFT > limit) <= epsilon."""
-    return bisect_rate(lambda r: prefill_tail(r, curves, batch, limit_ms, kv) <= epsilon, full_rate)
+    return bisect_rate(lambda r: prefill_tail(r, curves, batch, limit_ms, kv, share) <= epsilon, full_rate)
 
 
 # --- decode -----------------------------------------------------------------------------------------------
 
 
-def decode_tail(rate, tbt_grid, hold_ms, slots, steps, limit_ms):
+def decode_tail(rate, tbt_grid, hold_ms, slots, steps, limit_ms, share=1.0):
     """P(TPOT > limit) for one decode instance: TPOT = TBT + W / steps, W the M/M/b slot wait."""
     load = rate * hold_ms / 1e3
     ok = load < slots
     c = np.where(ok, erlang_c(slots, np.minimum(load, slots - 1e-9)), 1.0)
-    wait_mean = hold_ms / np.maximum(slots - load, 1e-9) / steps
+    wait_mean = share * hold_ms / np.maximum(slots - load, 1e-9) / steps  # share: longest holder ahead
     return np.where(ok, tail(tbt_grid, limit_ms, c, wait_mean), 1.0)
 
 
@@ -200,6 +200,9 @@ class UseTable:
     own_bw: np.ndarray  # NIC Gbit/s of one instance (inf: no NIC)
     min_bw: np.ndarray  # the slower end of its worst transfer
     kv_slack_ms: np.ndarray  # TTFT slack reserved for the KV queues (with_kv_reserve)
+    # >= 1: how much longer than this class's own the service or slot holding time of the longest class
+    # that may share its pool is; a FIFO wait is the residual of whoever is ahead, so waits scale by it
+    share: np.ndarray
 
 
 def with_kv_reserve(t: UseTable, curves: Curves) -> UseTable:
@@ -240,7 +243,7 @@ def _prefill_rates(t: UseTable, curves: Curves) -> np.ndarray:
     # the KV cache crosses the two NICs at their caps: those waits join the TTFT tail; a link budget's
     # share of the reserve is taken off the limit
     limit = t.ttft_slo - t.t_kv - np.where(t.t_kv > 0, t.kv_slack_ms / KV_SERVERS, 0.0)
-    return prefill_admissible(curves, t.batch, limit, t.epsilon, t.rate, kv_wait(t))
+    return prefill_admissible(curves, t.batch, limit, t.epsilon, t.rate, kv_wait(t), t.share)
 
 
 def _decode_rates(t: UseTable, curves: Curves) -> np.ndarray:
@@ -251,7 +254,7 @@ def _decode_rates(t: UseTable, curves: Curves) -> np.ndarray:
     slots = t.batch.astype(np.int64)
 
     def ok(rate):
-        return decode_tail(rate, tbt_grid, hold, slots, steps, t.tbt_slo) <= t.epsilon
+        return decode_tail(rate, tbt_grid, hold, slots, steps, t.tbt_slo, t.share) <= t.epsilon
 
     return np.where(t.steps > 0, bisect_rate(ok, t.rate), t.rate)
 
@@ -272,7 +275,7 @@ def _colocated_rates(t: UseTable, curves: Curves) -> np.ndarray:
         load = rate * hold / 1e3
         fits = (load < slots) & (stall <= stall_cap)
         c = erlang_c(slots, np.minimum(load, slots - 1e-9))
-        wait_mean = hold / np.maximum(slots - load, 1e-9)
+        wait_mean = t.share * hold / np.maximum(slots - load, 1e-9)
         ttft = tail(grid, t.ttft_slo - tbt_mean, c, wait_mean)
         return fits & (ttft <= t.epsilon)
 
@@ -340,7 +343,7 @@ def predict(t: UseTable, curves: Curves, rate: np.ndarray) -> tuple[np.ndarray, 
         s, c = _subset(t, pre), _subset_curves(curves, pre)
         kv = kv_wait(s)
         ttft[pre] = bisect_limit(
-            lambda lim: prefill_tail(rate[pre], c, s.batch, lim, kv), s.epsilon, upper[pre]
+            lambda lim: prefill_tail(rate[pre], c, s.batch, lim, kv, s.share), s.epsilon, upper[pre]
         )
     dec = (t.role == "decode") & (t.steps > 0)
     if dec.any():
@@ -349,7 +352,7 @@ def predict(t: UseTable, curves: Curves, rate: np.ndarray) -> tuple[np.ndarray, 
         hold = s.steps * moments(grid)[0]
         slots = s.batch.astype(np.int64)
         tbt[dec] = bisect_limit(
-            lambda lim: decode_tail(rate[dec], grid, hold, slots, s.steps, lim),
+            lambda lim: decode_tail(rate[dec], grid, hold, slots, s.steps, lim, s.share),
             s.epsilon,
             20.0 * s.tbt_slo + 1e3,
         )
@@ -369,7 +372,7 @@ def _predict_colocated(t: UseTable, curves: Curves, rate: np.ndarray) -> tuple[n
     slots = t.batch.astype(np.int64)
     load = rate * hold / 1e3
     c = erlang_c(slots, np.minimum(load, slots - 1e-9))
-    wait_mean = hold / np.maximum(slots - load, 1e-9)
+    wait_mean = t.share * hold / np.maximum(slots - load, 1e-9)
     upper = 20.0 * (t.ttft_slo + t.ttft_q) + 1e3
     ttft = bisect_limit(lambda lim: tail(grid, lim - tbt_mean, c, wait_mean), t.epsilon, upper)
     overloaded = load >= slots
