@@ -246,3 +246,217 @@ def test_vendor_engines_unavailable_say_what_to_install(name: str, module: str, 
     assert f"needs {module!r}" in message
     for word in words:
         assert word in message, message
+
+
+# -- (e) prompts no prefix cache can shortcut, and the recorded prefix-caching state -----------------------
+
+
+def test_prompt_source_gives_distinct_exact_prompts_reproducibly() -> None:
+    from fleetplan.profiler.engines.prompts import PromptSource
+
+    source = PromptSource(seed=3)
+    first, second = source.batch(8, 64, 10, 500), source.batch(8, 64, 10, 500)
+    prompts = first + second
+    assert all(len(p) == 64 and all(10 <= t < 500 for t in p) for p in prompts)
+    # No two prompts of a batch share even their first token; none repeats across batches.
+    for batch in (first, second):
+        assert len({p[0] for p in batch}) == len(batch)
+    assert len({tuple(p) for p in prompts}) == len(prompts)
+    # Deterministic: the same seed replays the same batches, another seed does not.
+    replay = PromptSource(seed=3)
+    assert replay.batch(8, 64, 10, 500) + replay.batch(8, 64, 10, 500) == prompts
+    assert PromptSource(seed=4).batch(8, 64, 10, 500) != first
+    # More requests than ids: every id once as a first token, then again; still exact lengths.
+    crowded = PromptSource(0).batch(5, 1, 0, 3)
+    assert sorted(p[0] for p in crowded[:3]) == [0, 1, 2]
+    assert [len(p) for p in crowded] == [1] * 5
+    with pytest.raises(InputError):
+        PromptSource(0).batch(1, 16, 5, 5)
+
+
+class _Words:
+    """A tokenizer that splits on whitespace, except that it counts "government" as two tokens."""
+
+    def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
+        return [0] * sum(2 if word == "government" else 1 for word in text.split())
+
+
+def test_text_prompts_are_distinct_and_exactly_long() -> None:
+    import random
+
+    from fleetplan.profiler.engines.prompts import text_prompts
+
+    texts = text_prompts(_Words(), 6, 40, random.Random(0))
+    assert len(set(texts)) == 6
+    assert len({text.split()[0] for text in texts}) == 6
+    assert all(len(_Words().encode(text)) == 40 for text in texts)
+
+    class Chars:
+        def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
+            return [0] * len(text)  # no run of words is ever exactly 3 tokens long
+
+    with pytest.raises(InputError, match="exactly 3 tokens"):
+        text_prompts(Chars(), 1, 3, random.Random(0))
+
+
+VLLM_METRICS = """# HELP vllm:cache_config_info Information of the LLMEngine CacheConfig
+# TYPE vllm:cache_config_info gauge
+vllm:cache_config_info{block_size="16",cache_dtype="auto",enable_prefix_caching="%s",num_gpu_blocks="661"} 1.0
+vllm:num_requests_running{model_name="llama-3.1-8b"} 0.0
+"""
+
+
+def test_prefix_caching_is_read_from_vllm_metrics_and_engine_config() -> None:
+    from types import SimpleNamespace
+
+    from fleetplan.profiler.engines.prompts import prefix_caching_from_metrics, vllm_prefix_caching
+
+    assert prefix_caching_from_metrics(VLLM_METRICS % "True") == "enabled"
+    assert prefix_caching_from_metrics(VLLM_METRICS % "False") == "disabled"
+    assert prefix_caching_from_metrics("vllm:num_requests_running 0.0\n") == "unknown"
+    assert prefix_caching_from_metrics(VLLM_METRICS % "True" + VLLM_METRICS % "False") == "unknown"
+    cache = SimpleNamespace(enable_prefix_caching=False)
+    assert vllm_prefix_caching(SimpleNamespace(cache_config=cache)) == "disabled"
+    newer = SimpleNamespace(
+        vllm_config=SimpleNamespace(cache_config=SimpleNamespace(enable_prefix_caching=True))
+    )
+    assert vllm_prefix_caching(newer) == "enabled"
+    assert vllm_prefix_caching(SimpleNamespace()) == "unknown"
+    assert vllm_prefix_caching(SimpleNamespace(cache_config=SimpleNamespace(enable_prefix_caching=None))) == (
+        "unknown"
+    )
+
+
+@pytest.fixture
+def fake_vllm(monkeypatch: pytest.MonkeyPatch) -> Iterator:
+    """A stand-in `vllm` module (LLM, SamplingParams) whose engine records every prompt it is given and
+    generates one token per request per step; the real engine module is imported against it and dropped
+    afterwards, so the "not installed" test still sees vLLM missing."""
+    import importlib
+    import sys
+    import types
+    from types import SimpleNamespace
+
+    class FakeEngine:
+        def __init__(self, options: dict) -> None:
+            self.cache_config = SimpleNamespace(
+                enable_prefix_caching=options.get("enable_prefix_caching", True)
+            )
+            self.prompts: list[list[int]] = []
+            self.tokens: dict[str, int] = {}
+            self.limit = 0
+
+        def get_tokenizer(self) -> SimpleNamespace:
+            return SimpleNamespace(vocab_size=32000)
+
+        def add_request(self, request_id: str, prompt: dict, params: SimpleNamespace) -> None:
+            self.prompts.append(list(prompt["prompt_token_ids"]))
+            self.tokens[request_id] = 0
+            self.limit = params.max_tokens
+
+        def has_unfinished_requests(self) -> bool:
+            return any(n < self.limit for n in self.tokens.values())
+
+        def step(self) -> list[SimpleNamespace]:
+            outputs = []
+            for request_id in self.tokens:
+                if self.tokens[request_id] < self.limit:
+                    self.tokens[request_id] += 1
+                    ids = list(range(self.tokens[request_id]))
+                    outputs.append(
+                        SimpleNamespace(request_id=request_id, outputs=[SimpleNamespace(token_ids=ids)])
+                    )
+            return outputs
+
+    class LLM:
+        made: list[dict] = []
+
+        def __init__(self, model: str, tensor_parallel_size: int, seed: int, **options: object) -> None:
+            LLM.made.append({"model": model, "tp": tensor_parallel_size, "seed": seed, **options})
+            self.llm_engine = FakeEngine(options)
+
+    module = types.ModuleType("vllm")
+    module.LLM = LLM  # type: ignore[attr-defined]
+    module.SamplingParams = lambda **kw: SimpleNamespace(**kw)  # type: ignore[attr-defined]
+    module.__version__ = "0.0-fake"  # type: ignore[attr-defined]
+    name = "fleetplan.profiler.engines.vllm_engine"
+    monkeypatch.setitem(sys.modules, "vllm", module)
+    sys.modules.pop(name, None)
+    try:
+        yield importlib.import_module(name), LLM
+    finally:
+        sys.modules.pop(name, None)
+
+
+def test_vllm_engine_sends_distinct_prompts_and_disables_prefix_caching(fake_vllm) -> None:
+    engine_module, llm = fake_vllm
+    engine = engine_module.VllmEngine(model_map={MODEL: "org/tiny"}, seed=5)
+    assert engine.describe()["prefix_caching"].startswith("unknown (no model loaded yet")
+    for _ in range(2):  # a warm-up and a measured batch of the same point
+        timings = engine.run_batch(MODEL, 1, 4, 96, OUTPUT)
+        assert len(timings) == 4
+        assert all(len(t.gaps_s) == OUTPUT - 1 for t in timings)
+    assert llm.made[-1]["enable_prefix_caching"] is False
+    prompts = engine._llm.llm_engine.prompts
+    assert len(prompts) == 8
+    assert all(len(p) == 96 for p in prompts)
+    assert len({tuple(p) for p in prompts}) == 8  # not one prompt per batch, nor per seed
+    assert len({p[0] for p in prompts[:4]}) == 4
+    info = engine.describe()
+    assert info["prefix_caching"] == "disabled"
+    assert info["prompts"] == "distinct random token ids per request (seed 5)"
+    # The same seed replays the same prompts; an engine asked to cache says so.
+    again = engine_module.VllmEngine(model_map={MODEL: "org/tiny"}, seed=5, enable_prefix_caching=True)
+    again.run_batch(MODEL, 1, 4, 96, OUTPUT)
+    assert again._llm.llm_engine.prompts == prompts[:4]
+    assert again.describe()["prefix_caching"] == "enabled"
+
+
+def test_openai_engine_prompts_are_distinct_per_request(tiny_server: TinyServer) -> None:
+    ids = get_engine("openai", endpoint=tiny_server.url, seed=1)
+    text = get_engine("openai", endpoint=tiny_server.url, tokenizer=_Words())
+    try:
+        batch = ids.prompts(4, 32) + ids.prompts(4, 32)
+        assert len({tuple(p) for p in batch}) == 8
+        assert all(len(p) == 32 for p in batch)
+        texts = text.prompts(4, 32)
+        assert len(set(texts)) == 4
+        assert all(len(_Words().encode(t)) == 32 for t in texts)
+        (timing,) = text.run_batch(MODEL, 1, 1, 32, 4)
+        assert len(timing.gaps_s) == 3
+    finally:
+        ids.close()
+        text.close()
+
+
+def test_openai_describe_records_the_servers_prefix_caching(openai_engine) -> None:
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    assert openai_engine.describe()["prefix_caching"] == "unknown (no /metrics)"  # the tiny server has none
+
+    class Metrics(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+            body = (VLLM_METRICS % "False").encode() if self.path == "/metrics" else b"{}"
+            self.send_response(200 if self.path == "/metrics" else 404)
+            self.send_header("content-length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - the base class's name
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Metrics)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    engine = get_engine("openai", endpoint=f"http://127.0.0.1:{server.server_address[1]}")
+    try:
+        assert engine.describe()["prefix_caching"] == "disabled"
+    finally:
+        engine.close()
+        server.shutdown()
+        server.server_close()
+
+
+def test_transformers_describe_records_no_prefix_cache(transformers_engine) -> None:
+    assert transformers_engine.describe()["prefix_caching"].startswith("disabled")

@@ -6,12 +6,16 @@ server-sent events of each as they arrive.
 What is sent: `stream: true`, `max_tokens = min_tokens = output_tokens` and `ignore_eos: true` (vLLM's
 extensions, so the server generates exactly `output_tokens` tokens; servers that do not know them usually
 ignore them), and the prompt as a list of token ids of exactly `prompt_tokens` ids (the completions API
-accepts token-id arrays), fresh random ids for every request so a prefix cache cannot shortcut the prefill.
-With `tokenizer=` (a Hugging Face tokenizer id/path, or any object with
-`encode(text, add_special_tokens=False)`) the prompt is text checked to encode to exactly `prompt_tokens`
-tokens instead, for servers that take text only. `stream_options.include_usage` (+ vLLM's
-`continuous_usage_stats`) is asked for when `usage_stats` is true, so chunks can say how many tokens
-they carry.
+accepts token-id arrays), fresh random ids for every request, distinct within a batch from the first id on
+(profiler.engines.prompts.PromptSource), so a prefix cache cannot shortcut the prefill. With `tokenizer=` (a
+Hugging Face tokenizer id/path, or any object with `encode(text, add_special_tokens=False)`) the prompt is
+text of random words checked to encode to exactly `prompt_tokens` tokens instead, again distinct per request,
+for servers that take text only. `stream_options.include_usage` (+ vLLM's `continuous_usage_stats`) is asked
+for when `usage_stats` is true, so chunks can say how many tokens they carry.
+
+Prefix caching is the server's setting (`vllm serve --no-enable-prefix-caching` turns it off): `describe()`
+reports it as `prefix_caching`, read from the server's Prometheus `/metrics` (vLLM's
+`vllm:cache_config_info`), or "unknown" where the server does not say.
 
 Token accounting: TTFT = arrival of the first chunk carrying a token - start of that request. A chunk
 carries the number of tokens its cumulative `usage.completion_tokens` grew by when the server reports it,
@@ -26,7 +30,6 @@ code and from inside someone else's running event loop, and keeps connections al
 
 import asyncio
 import json
-import random
 import socket
 import threading
 import time
@@ -36,6 +39,12 @@ import httpx
 
 from fleetplan.models.errors import InputError, PlannerError
 from fleetplan.profiler.engines.base import RequestTiming
+from fleetplan.profiler.engines.prompts import (
+    UNKNOWN,
+    PromptSource,
+    prefix_caching_from_metrics,
+    text_prompts,
+)
 
 
 class EndpointError(PlannerError):
@@ -75,7 +84,7 @@ class OpenAIEngine:
                 f"token_id_range {token_id_range} must be 0 <= low < high", field="token_id_range"
             )
         self.token_id_range = (low, high)
-        self._random = random.Random(seed)
+        self._prompts = PromptSource(seed)
         self._headers = {"content-type": "application/json", "accept": "text/event-stream"}
         if api_key:
             self._headers["authorization"] = f"Bearer {api_key}"
@@ -100,13 +109,14 @@ class OpenAIEngine:
             "httpx": httpx.__version__,
             "host": socket.gethostname(),
             "models": ", ".join(f"{k}={v}" for k, v in sorted(self.model_map.items())) or "(names as given)",
-            "prompt": f"text via tokenizer {self._tokenizer_name}"
+            "prompt": f"distinct random text per request via tokenizer {self._tokenizer_name}"
             if self._tokenizer is not None
-            else "token ids",
+            else f"distinct random token ids per request in {list(self.token_id_range)}",
         }
         server = self._call(self._server_models())
         if server:
             info["server_models"] = server
+        info["prefix_caching"] = self._call(self._prefix_caching())
         return info
 
     def run_batch(
@@ -123,8 +133,7 @@ class OpenAIEngine:
         if tp < 1:
             raise InputError(f"must be at least 1, got {tp}", field="tp")
         served = self.model_map.get(model, model)
-        prompts = [self._prompt(prompt_tokens) for _ in range(batch)]
-        return self._call(self._batch(served, prompts, output_tokens))
+        return self._call(self._batch(served, self.prompts(batch, prompt_tokens), output_tokens))
 
     def close(self) -> None:
         if self._closed:
@@ -153,11 +162,21 @@ class OpenAIEngine:
             )
         return self._client
 
-    def _prompt(self, prompt_tokens: int) -> list[int] | str:
+    def prompts(self, batch: int, prompt_tokens: int) -> list[list[int]] | list[str]:
+        """The next batch's prompts: token ids, or texts with a tokenizer; distinct per request."""
         if self._tokenizer is None:
-            low, high = self.token_id_range
-            return [self._random.randrange(low, high) for _ in range(prompt_tokens)]
-        return _text_of_length(self._tokenizer, prompt_tokens)
+            return self._prompts.batch(batch, prompt_tokens, *self.token_id_range)
+        return text_prompts(self._tokenizer, batch, prompt_tokens, self._prompts.rng)
+
+    async def _prefix_caching(self) -> str:
+        try:
+            response = await self._http().get(f"{self.endpoint}/metrics")
+        except httpx.HTTPError:
+            return f"{UNKNOWN} (no /metrics)"
+        if response.status_code != 200:
+            return f"{UNKNOWN} (no /metrics)"
+        state = prefix_caching_from_metrics(response.text)
+        return f"{UNKNOWN} (/metrics does not say)" if state == UNKNOWN else state
 
     async def _server_models(self) -> str:
         try:
@@ -251,14 +270,3 @@ def _timing(start: float, arrivals: list[tuple[float, int]]) -> RequestTiming:
         previous = arrival
     gaps = tuple(later - earlier for earlier, later in zip(times, times[1:], strict=False))
     return RequestTiming(ttft_s=times[0] - start, gaps_s=gaps)
-
-
-def _text_of_length(tokenizer: Any, tokens: int) -> str:
-    """Text that `tokenizer` encodes to exactly `tokens` tokens (a word repeated; checked, not assumed)."""
-    for word in (" the", " a", " hello", " x", " 1"):
-        text = word * tokens
-        if len(tokenizer.encode(text, add_special_tokens=False)) == tokens:
-            return text
-    raise InputError(
-        f"could not build a text of exactly {tokens} tokens with this tokenizer", field="tokenizer"
-    )

@@ -1,13 +1,17 @@
 """In-process Hugging Face transformers engine: one batched `generate()`, timed token by token.
 
-"tiny-llama" is built in memory with random weights (fleetplan/profiler/engines/tiny.py): no download, so tests and
-demos can run it anywhere. Any other model is loaded with `AutoModelForCausalLM.from_pretrained` only when
-the caller maps it explicitly, `models={"llama-3.2-1b": "meta-llama/Llama-3.2-1B"}` (real weights: the
-caller's choice, never done implicitly and never in tests).
+"tiny-llama" is built in memory with random weights (fleetplan/profiler/engines/tiny.py): no download, so
+tests and demos can run it anywhere. Any other model is loaded with `AutoModelForCausalLM.from_pretrained`
+only when the caller maps it explicitly, `models={"llama-3.2-1b": "meta-llama/Llama-3.2-1B"}` (real
+weights: the caller's choice, never done implicitly and never in tests).
 
 Timing: a streamer's `put()` is called by `generate()` once with the prompt, then once per decoding step
 with that step's tokens for the whole batch. Every request in the batch gets the same step times (they are
 decoded in lockstep): TTFT = first step time - start of generate(); gaps = differences of step times.
+
+Prompts are fresh random ids for every row of every batch (one generator seeded once). `generate()` keeps no
+KV cache between calls and shares none between the rows of a batch, so there is no prefix cache to hit:
+`describe()` reports `prefix_caching` as disabled.
 """
 
 import platform
@@ -21,6 +25,7 @@ from transformers.generation.streamers import BaseStreamer
 
 from fleetplan.models.errors import InputError
 from fleetplan.profiler.engines.base import RequestTiming
+from fleetplan.profiler.engines.prompts import DISABLED
 from fleetplan.profiler.engines.tiny import TINY_MODEL, build_tiny_model, random_prompt
 
 
@@ -96,6 +101,8 @@ class TransformersEngine:
             "device": device,
             "host": socket.gethostname(),
             "models": ", ".join(f"{name}={source}" for name, source in sorted(ids.items())),
+            "prompts": f"random token ids per request (seed {self.seed})",
+            "prefix_caching": f"{DISABLED} (generate() keeps no KV cache between calls)",
         }
 
     def run_batch(
