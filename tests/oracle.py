@@ -369,7 +369,7 @@ def build_flow_lp(request: PlanRequest, cand: Candidates) -> FlowLp:
             if (pool.role == "prefill" and p == pool) or (pool.role == "decode" and d == pool):
                 row[col[("z", w, p, d)]] += gbit[w]
         x_coef = np.zeros(len(pools))
-        x_coef[pool_index[pool]] = rho * pool.tp * nic
+        x_coef[pool_index[pool]] = pool.tp * nic
         add_ub(row, 0.0, x_coef, f"nic {pool}")
 
     # 6. Links and the fleet-wide KV budget between different device types, at rho of their budgets (the

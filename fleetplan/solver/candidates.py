@@ -390,7 +390,7 @@ def headroom_levels(
     options = request.options
     if options.capacity_model == "flat":
         rho = options.max_utilization if options.max_utilization is not None else FLAT_DEFAULT
-        return uses.assign(rho=rho, nic_rho=rho, kv_slack_ms=0.0)
+        return uses.assign(rho=rho, nic_rho=1.0, kv_slack_ms=0.0)  # v1: NIC rows are not derated
     curves = percentile_curves(uses, classes, table)
     t = capacity.with_kv_reserve(use_table(uses, classes), curves)
     uses = uses.assign(kv_slack_ms=t.kv_slack_ms)
