@@ -12,7 +12,7 @@ import numpy as np
 from fleetplan.models.plan import Plan, PlanRequest
 from fleetplan.models.simulation import SimulationReport
 from fleetplan.profiler.tables import ProfileTable
-from fleetplan.simulator.arrivals import draw_routes, poisson_arrivals, trace_arrivals
+from fleetplan.simulator.arrivals import Arrivals, draw_routes, poisson_arrivals, trace_arrivals
 from fleetplan.simulator.engine import Engine
 from fleetplan.simulator.pools import Fleet, build_fleet
 from fleetplan.simulator.report import Run, Settings, build_report
@@ -93,20 +93,8 @@ def replay(
     else:
         arrivals = trace_arrivals(request, trace, served, rate_scale, settings.t_stop, settings.window)
     routes = draw_routes(arrivals.classes, fleet.route_cum, rng_routes)
-    classes = arrivals.classes.tolist()
-    first_pool, decode_pool = _hops(fleet, arrivals.classes, routes)
     model = service if service is not None else ProfileService(deterministic)
-    engine = Engine(
-        arrival=arrivals.times.tolist(),
-        outputs=arrivals.outputs.tolist(),
-        first_pool=first_pool,
-        decode_pool=decode_pool,
-        kv_gbit=[fleet.kv_gbit[c] for c in classes],
-        network=fleet.network,
-        service=model.bind(classes, rng_latency),
-        window=settings.window,
-        t_stop=settings.t_stop,
-    )
+    engine = _engine(fleet, arrivals, routes, model.bind(arrivals.classes.tolist(), rng_latency), settings)
     engine.run()
     return Run(
         settings=settings,
@@ -124,6 +112,22 @@ def replay(
         unrouted=arrivals.unrouted,
         events=engine.events,
         demand_rows=arrivals.demand_rows,
+    )
+
+
+def _engine(fleet: Fleet, arrivals: Arrivals, routes: np.ndarray, service, settings: Settings) -> Engine:
+    """The engine over per-request lists: arrival, output tokens, first and decode pool, KV gigabits."""
+    first_pool, decode_pool = _hops(fleet, arrivals.classes, routes)
+    return Engine(
+        arrival=arrivals.times.tolist(),
+        outputs=arrivals.outputs.tolist(),
+        first_pool=first_pool,
+        decode_pool=decode_pool,
+        kv_gbit=[fleet.kv_gbit[c] for c in arrivals.classes.tolist()],
+        network=fleet.network,
+        service=service,
+        window=settings.window,
+        t_stop=settings.t_stop,
     )
 
 
