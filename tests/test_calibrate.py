@@ -10,7 +10,15 @@ from fleetplan.models.hardware import HARDWARE
 from fleetplan.models.workload import CATALOG, ModelSpec
 from fleetplan.profiler import tables
 from fleetplan.profiler.analytic import Efficiency, KindFactors, estimate_rows
-from fleetplan.profiler.calibrate import PARAMETERS, Calibration, fit, report
+from fleetplan.profiler.calibrate import (
+    PARAMETERS,
+    Calibration,
+    Figure,
+    estimate_figures,
+    fit,
+    fit_figures,
+    report,
+)
 
 MODELS = ("llama-3.2-1b", "llama-3.1-8b", "mistral-7b")
 BATCHES = [1, 2, 4, 8, 16, 32]
@@ -28,8 +36,9 @@ TRUTH = msgspec.structs.replace(
 
 
 def with_gpu(factors: KindFactors, tag: str = "truth") -> Efficiency:
+    """Every GPU on `factors`: the kind's, and no per-device defaults (the A100's and H100's)."""
     base = Efficiency()
-    return msgspec.structs.replace(base, kinds={**base.kinds, "gpu": factors}, tag=tag)
+    return msgspec.structs.replace(base, kinds={**base.kinds, "gpu": factors}, devices={}, tag=tag)
 
 
 def measured(device: str, factors: KindFactors = TRUTH, noise: float = 0.0, seed: int = 0) -> pd.DataFrame:
@@ -106,6 +115,7 @@ def test_a100_calibration_estimates_an_h100() -> None:
     eff = calibration.efficiency("h100")
     assert calibration.source_for("h100").device == "a100"
     assert eff.kinds["gpu"] == calibration.devices["a100"].factors
+    assert eff.factors(HARDWARE["h100"]) == calibration.devices["a100"].factors  # not the default H100's
     assert eff.kinds["tpu"] == Efficiency().kinds["tpu"]  # kinds nobody measured keep the base factors
     model = CATALOG["llama-3.1-8b"]
     h100 = estimate_rows(model, HARDWARE["h100"], [1], BATCHES, PROMPTS, eff)
@@ -117,9 +127,11 @@ def test_a100_calibration_estimates_an_h100() -> None:
         assert fast.ttft_ms_p50 < slow.ttft_ms_p50
         assert fast.tbt_ms_p50 < slow.tbt_ms_p50
         assert fast.ttft_ms_p50 <= fast.ttft_ms_p90 <= fast.ttft_ms_p99
-    # The calibrated A100 estimate reproduces the "measurements" far better than the default GPU factors.
+    # The calibrated A100 estimate reproduces the "measurements" far better than the gpu kind's factors.
     truth = estimate_rows(model, HARDWARE["h100"], [1], BATCHES, PROMPTS, with_gpu(TRUTH))
-    default = estimate_rows(model, HARDWARE["h100"], [1], BATCHES, PROMPTS)
+    default = estimate_rows(
+        model, HARDWARE["h100"], [1], BATCHES, PROMPTS, with_gpu(Efficiency().kinds["gpu"])
+    )
 
     def worst(rows: list) -> float:
         return max(abs(r.ttft_ms_p50 / t.ttft_ms_p50 - 1) for r, t in zip(rows, truth, strict=True))
@@ -203,13 +215,13 @@ def test_parameters_the_rows_do_not_constrain_are_named_and_base_jitter_kept() -
     assert a100.ttft_rows == 0
     assert np.isnan(a100.ttft_rms)
     assert set(a100.unconstrained) == {"compute_eff", "prefill_overhead_ms"}
-    gpu = Efficiency().kinds["gpu"]
+    start = Efficiency().factors(HARDWARE["a100"])  # the base the fit starts from: the default A100's factors
     assert (a100.factors.compute_eff, a100.factors.prefill_overhead_ms) == pytest.approx(
-        (gpu.compute_eff, gpu.prefill_overhead_ms)
+        (start.compute_eff, start.prefill_overhead_ms)
     )
     assert a100.factors.mem_eff == pytest.approx(TRUTH.mem_eff, rel=1e-2)
     assert not a100.jitter_measured
-    assert a100.factors.j99 == Efficiency().kinds["gpu"].j99
+    assert a100.factors.j99 == start.j99
     text = report(fit(frame))
     assert "do not constrain compute_eff, prefill_overhead_ms (left at the base value)" in text
     assert "| - | - |" in text
@@ -218,3 +230,91 @@ def test_parameters_the_rows_do_not_constrain_are_named_and_base_jitter_kept() -
 def test_no_rows_is_an_input_error() -> None:
     with pytest.raises(InputError, match="no rows"):
         fit(measured("a100").iloc[:0])
+
+
+# other parameters, and the default factors' own fit ------------------------------------------------
+
+
+def test_fit_can_fit_the_per_layer_prefill_cost_instead() -> None:
+    """Rows of 16- and 32-layer models with a per-layer prefill cost: fitting that parameter recovers it."""
+    truth = msgspec.structs.replace(TRUTH, prefill_overhead_ms=0.0, prefill_layer_ms=0.12)
+    names = ("compute_eff", "mem_eff", "prefill_layer_ms", "decode_overhead_ms")
+    base = with_gpu(msgspec.structs.replace(Efficiency().kinds["gpu"], prefill_overhead_ms=0.0))
+    a100 = fit(measured("a100", truth), base=base, parameters=names).devices["a100"]
+    for name in names:
+        assert getattr(a100.factors, name) == pytest.approx(getattr(truth, name), rel=1e-3, abs=1e-6), name
+    assert a100.factors.prefill_overhead_ms == 0.0  # not fitted: the base's
+    assert max(a100.ttft_max, a100.tbt_max) < 1e-3
+    # With the default parameters the per-call cost takes the place of the base's per-layer one.
+    assert fit(measured("a100")).devices["a100"].factors.prefill_layer_ms == 0.0
+
+
+def test_unknown_parameters_are_refused() -> None:
+    with pytest.raises(InputError, match="'j99'") as info:
+        fit(measured("a100"), parameters=("compute_eff", "j99"))
+    assert info.value.field == "parameters"
+
+
+def test_a_calibrated_kind_replaces_the_base_device_factors() -> None:
+    """Measured L4 rows reach an A100 too: the base's A100 factors do not shadow the calibration, while
+    per-device factors of kinds nobody measured stay."""
+    base = msgspec.structs.replace(
+        Efficiency(), devices={"a100": TRUTH, "trn1": Efficiency().kinds["trainium"]}
+    )
+    calibration = fit(measured("l4"), base=base)
+    for eff in (calibration.efficiency(), calibration.efficiency("a100")):
+        assert set(eff.devices) == {"trn1"}
+        assert eff.factors(HARDWARE["a100"]) == calibration.devices["l4"].factors
+
+
+def _figure(metric: str, output: int = 1024) -> Figure:
+    return Figure(
+        label=f"a100 llama-3.1-8b {metric}",
+        source="test",
+        model=CATALOG["llama-3.1-8b"],
+        hardware=HARDWARE["a100"],
+        tp=1,
+        batch=1,
+        prompt_tokens=1024,
+        output_tokens=output,
+        metric=metric,
+        measured_ms=1.0,
+    )
+
+
+def test_fit_figures_recovers_factors_from_exact_figures() -> None:
+    """Figures of two depths at the estimates of known factors, as a source would print them: refit them."""
+    truth = msgspec.structs.replace(TRUTH, prefill_overhead_ms=0.0, prefill_layer_ms=0.12)
+    eff = with_gpu(truth)
+    figures = []
+    points = ((1, 128, 1, "ttft"), (8, 2048, 1, "ttft"), (1, 1024, 256, "tbt"), (32, 512, 128, "e2e"))
+    for model in ("llama-3.2-1b", "llama-3.1-8b"):
+        for batch, prompt, output, metric in points:
+            figure = msgspec.structs.replace(
+                _figure(metric, output), model=CATALOG[model], batch=batch, prompt_tokens=prompt
+            )
+            (ms,) = estimate_figures([figure], eff)
+            figures.append(msgspec.structs.replace(figure, measured_ms=float(ms)))
+    names = ("compute_eff", "mem_eff", "prefill_layer_ms", "decode_overhead_ms")
+    refit = fit_figures(
+        figures, msgspec.structs.replace(Efficiency().kinds["gpu"], prefill_overhead_ms=0.0), names
+    )
+    for name in names:
+        assert getattr(refit.factors, name) == pytest.approx(getattr(truth, name), rel=1e-4, abs=1e-8), name
+    assert refit.max < 1e-6
+
+
+def test_fit_figures_refuses_what_it_cannot_fit() -> None:
+    queued = msgspec.structs.replace(_figure("tbt"), comparable=False)
+    with pytest.raises(InputError, match="not comparable"):
+        fit_figures([queued], Efficiency().kinds["gpu"])
+    with pytest.raises(InputError, match="no figures"):
+        fit_figures([], Efficiency().kinds["gpu"])
+
+
+def test_estimate_figures_uses_each_figures_own_lengths() -> None:
+    """An end-to-end figure is TTFT + (output - 1) decode steps; a TBT figure reads prompt + output / 2."""
+    total, first, step = estimate_figures([_figure("e2e"), _figure("ttft"), _figure("tbt")])
+    assert total == pytest.approx(first + 1023 * step)
+    (row,) = estimate_rows(CATALOG["llama-3.1-8b"], HARDWARE["a100"], [1], [1], [1024], output_tokens=1024)
+    assert (first, step) == pytest.approx((row.ttft_ms_p50, row.tbt_ms_p50), abs=1e-3)

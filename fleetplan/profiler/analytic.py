@@ -6,7 +6,7 @@ parallelism over `tp` devices (peak F TFLOPS, memory bandwidth B GB/s, device-to
     prefill (one batch of b prompts of p tokens), in seconds:
         compute   = (2 P b p + 2 L b p^2 H) / (tp F e_c)          matmuls + causal attention
         memory    = 2 P / (tp B e_m)                             every weight read once
-        ttft      = max(compute, memory) + comm(b p) + o_prefill
+        ttft      = max(compute, memory) + comm(b p) + o_prefill + L o_layer
     decode (one step of b sequences holding c = p + o/2 tokens on average over o output tokens):
         memory    = (2 P + b c K) / (tp B e_m)                   weights + the batch's KV (K bytes/token)
         compute   = 2 P b / (tp F e_c)
@@ -18,8 +18,9 @@ A row is emitted only where the model fits (docs/formulation.md, "Memory is impl
     2 P / tp + b (p + o) K / tp + reserve * memory <= memory.
 
 Percentiles: p50 is the model; p90 = p50 (1 + j90) and p99 = p50 (1 + j99), per device kind.
-The efficiency factors e_c, e_m, e_i, alpha, o_prefill, o_decode, j90, j99 are per device kind and calibrated
-against the public measurements in docs/public-figures.md; docs/profiles.md tabulates measured vs estimated.
+The efficiency factors e_c, e_m, e_i, alpha, o_prefill, o_layer, o_decode, j90, j99 are per device kind, or
+per device where a device's serving stack was measured apart from its kind, and calibrated against the public
+measurements in docs/public-figures.md; docs/profiles.md tabulates measured vs estimated.
 """
 
 from typing import NamedTuple
@@ -44,6 +45,8 @@ class KindFactors(Base):
     weight and KV stream sustains. comm_eff: share of `interconnect_gbs` a ring all-reduce sustains.
     step_us: fixed latency of one ring step (launch and synchronisation). prefill_overhead_ms and
     decode_overhead_ms: per-call costs no bandwidth explains (graph launch, sampling, host round trip).
+    prefill_layer_ms: a fixed prefill cost per layer (kernel launches and synchronisation that repeat in every
+    layer), so it grows with depth: 80-layer 70B models pay 2.5x what 32-layer 7B models do.
     j90, j99: relative spread of the 90th and 99th percentile over the median.
     """
 
@@ -55,6 +58,7 @@ class KindFactors(Base):
     decode_overhead_ms: float
     j90: float
     j99: float
+    prefill_layer_ms: float = 0.0
 
 
 # Calibration against docs/public-figures.md; docs/profiles.md has the measured-vs-estimated table.
@@ -109,19 +113,28 @@ def _calibrated() -> dict[str, KindFactors]:
     return {"gpu": _GPU, "inferentia": _NEURON, "trainium": _NEURON, "tpu": _TPU}
 
 
-class Efficiency(Base):
-    """The estimator's knobs: factors per device kind, the memory reserve, and the tag rows cite.
+def _calibrated_devices() -> dict[str, KindFactors]:
+    return {}
 
+
+class Efficiency(Base):
+    """The estimator's knobs: factors per device kind and per device, the memory reserve, the rows' tag.
+
+    devices: factors for one device by name, which win over its kind's (none by default). Replacing
+    `kinds["gpu"]` does not touch them.
     reserve_fraction: share of device memory kept for activations, runtime and fragmentation.
     tag: short name of this calibration, written into every row's `source` ("analytic:<device>:<tag>").
     """
 
     tag: str = "roofline-v1"
     kinds: dict[str, KindFactors] = msgspec.field(default_factory=_calibrated)
+    devices: dict[str, KindFactors] = msgspec.field(default_factory=_calibrated_devices)
     reserve_fraction: float = 0.10
 
     def factors(self, hw: HardwareSpec) -> KindFactors:
-        """The factors of the device's kind; a kind without calibration is an error, not a guess."""
+        """The device's own factors, else its kind's; a kind without calibration is an error, not a guess."""
+        if hw.name in self.devices:
+            return self.devices[hw.name]
         if hw.kind not in self.kinds:
             known = sorted(self.kinds)
             msg = f"no efficiency factors for device kind {hw.kind!r} ({hw.name}); known: {known}"
@@ -176,12 +189,12 @@ def allreduce_s(
 def prefill_ms(
     shape: _Shape, hw: HardwareSpec, f: KindFactors, tp: np.ndarray, batch: np.ndarray, prompt: np.ndarray
 ) -> np.ndarray:
-    """TTFT of one batch: the slower of compute and one weight read, plus all-reduces and overhead."""
+    """TTFT of one batch: the slower of compute and one weight read, plus all-reduces and fixed costs."""
     flops = 2 * shape.params * batch * prompt + 2 * shape.layers * batch * prompt**2 * shape.hidden
     compute = flops / (tp * hw.bf16_tflops * 1e12 * f.compute_eff)
     memory = shape.weight_bytes / (tp * hw.memory_bw_gbs * 1e9 * f.mem_eff)
     seconds = np.maximum(compute, memory) + allreduce_s(shape, hw, f, tp, batch * prompt)
-    return seconds * 1e3 + f.prefill_overhead_ms
+    return seconds * 1e3 + f.prefill_overhead_ms + f.prefill_layer_ms * shape.layers
 
 
 def decode_ms(

@@ -4,8 +4,8 @@ For every device in a measured table, `fit` finds the factors x = (e_c, e_m, o_p
 
     sum over rows r, metrics m in {TTFT, TBT}:  log(estimated_m(r; x) / measured_m(r))^2
 
-with the estimator's own equations (`prefill_ms` and `decode_ms` of fleetplan/profiler/analytic.py, evaluated on all
-of the device's rows at once) and bounds e_c, e_m in [0.01, 1], o_pre, o_dec >= 0
+with the estimator's own equations (`prefill_ms` and `decode_ms` of fleetplan/profiler/analytic.py, evaluated
+on all of the device's rows at once) and bounds e_c, e_m in [0.01, 1], o_pre, o_dec >= 0
 (scipy.optimize.least_squares, trust-region reflective, from a few starting points so that the
 max(compute, memory) kinks cannot trap it). Only p50 latencies enter that fit. The all-reduce factors
 (e_i, alpha) stay at the base calibration. The spread is the least-squares fit of
@@ -19,10 +19,15 @@ Siblings: `Calibration.efficiency(device)` gives an `Efficiency` for `estimate_r
 its own factors; an unmeasured one gets those of the measured device of its `kind` whose spec sheet is
 nearest (|log F/F'| + |log B/B'| over peak TFLOPS and memory bandwidth). Profile an A100, estimate an H100:
 the spec sheet carries the hardware difference, the factors carry the software stack's efficiency.
+
+Published figures: `fit_figures` fits one factor set to `Figure`s, single latencies as a source printed them
+(a TTFT, a decode step, or a static batch's end-to-end time, each with its own model, device spec, tp, batch
+and lengths), with the same least squares.
 """
 
 import math
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, Literal
 
 import msgspec
 import numpy as np
@@ -36,11 +41,19 @@ from fleetplan.models.workload import CATALOG, ModelSpec
 from fleetplan.profiler import tables
 from fleetplan.profiler.analytic import Efficiency, KindFactors, _Shape, _shape, decode_ms, prefill_ms
 
-# The fitted parameters, their bounds, and the scale below which a Jacobian column means "not constrained".
+# The parameters `fit` fits by default, every parameter it can fit, and the scale below which a Jacobian
+# column means "not constrained". Shares of a peak (*_eff) are bounded to [0.01, 1], the rest to >= 0.
 PARAMETERS = ("compute_eff", "mem_eff", "prefill_overhead_ms", "decode_overhead_ms")
-_LOWER = np.array([0.01, 0.01, 0.0, 0.0])
-_UPPER = np.array([1.0, 1.0, np.inf, np.inf])
-_TYPICAL = np.array([0.1, 0.1, 0.1, 0.1])  # a change of this size in the parameter should move some residual
+FITTABLE = (
+    "compute_eff",
+    "mem_eff",
+    "comm_eff",
+    "step_us",
+    "prefill_overhead_ms",
+    "prefill_layer_ms",
+    "decode_overhead_ms",
+)
+_TYPICAL = 0.1  # a change of this size in any parameter should move some residual
 _STARTS = ((0.1, 0.3), (0.5, 0.3), (0.9, 0.8), (0.3, 0.9))  # (e_c, e_m) besides the base factors
 
 
@@ -118,7 +131,16 @@ class Calibration(Base):
                 chosen.setdefault(fit.spec.kind, fit)
             kinds.update({kind: fit.factors for kind, fit in chosen.items()})
             tag = "calibrated"
-        return msgspec.structs.replace(self.base, kinds=kinds, tag=tag)
+        # The base's per-device factors (e.g. the default A100's) would win over the calibrated kind: drop
+        # those of every kind calibrated here, so measured factors reach every device of their kind.
+        specs = HARDWARE if hardware is None else hardware
+        replaced = {kind for kind, factors in kinds.items() if factors is not self.base.kinds.get(kind)}
+        devices = {
+            name: factors
+            for name, factors in self.base.devices.items()
+            if not (name in specs and specs[name].kind in replaced)
+        }
+        return msgspec.structs.replace(self.base, kinds=kinds, devices=devices, tag=tag)
 
 
 def _frame(table_or_frame: Any) -> pd.DataFrame:
@@ -171,6 +193,69 @@ def _jitter(rows: pd.DataFrame, q: int, default: float) -> tuple[float, bool]:
     return float(np.expm1(pooled.mean())), True
 
 
+def _check_parameters(parameters: Sequence[str]) -> tuple[str, ...]:
+    names = tuple(parameters)
+    unknown = [name for name in names if name not in FITTABLE]
+    if unknown or not names or len(set(names)) != len(names):
+        msg = f"parameters {list(names)}: give distinct names from {list(FITTABLE)}"
+        raise InputError(msg, field="parameters")
+    return names
+
+
+def _start(base: KindFactors, parameters: tuple[str, ...]) -> KindFactors:
+    """The starting factors: with one model's rows a per-call and a per-layer prefill cost are the same thing,
+    so a fitted per-call cost replaces the base's per-layer cost unless that is fitted too."""
+    if "prefill_overhead_ms" in parameters and "prefill_layer_ms" not in parameters:
+        return msgspec.structs.replace(base, prefill_layer_ms=0.0)
+    return base
+
+
+def _solve(
+    residuals: Callable[[np.ndarray], np.ndarray], start: KindFactors, parameters: tuple[str, ...]
+) -> tuple[np.ndarray, float, list[str]]:
+    """Bounded least squares of `residuals` over `parameters`, from the start and a few other (e_c, e_m):
+    the best x (parameters no residual depends on reset to the start value), its cost, and those names."""
+    shares = np.array([name.endswith("_eff") for name in parameters])
+    lower = np.where(shares, 0.01, 0.0)
+    upper = np.where(shares, 1.0, np.inf)
+    base_x = np.array([getattr(start, name) for name in parameters], dtype=float)
+    candidates = [base_x]
+    for values in _STARTS:
+        candidate = base_x.copy()
+        for name, value in zip(("compute_eff", "mem_eff"), values, strict=True):
+            if name in parameters:
+                candidate[parameters.index(name)] = value
+        candidates.append(candidate)
+    best = None
+    for candidate in candidates:
+        x0 = np.clip(candidate, lower + 1e-3, np.minimum(upper, 1e6) - 1e-3)  # strictly inside the bounds
+        result = least_squares(
+            residuals,
+            x0,
+            bounds=(lower, upper),
+            method="trf",
+            x_scale=np.full(len(parameters), _TYPICAL),
+            xtol=1e-12,
+            ftol=1e-12,
+            gtol=1e-12,
+            max_nfev=2000,
+        )
+        if best is None or result.cost < best.cost - 1e-15:
+            best = result
+    assert best is not None
+    sensitivity = np.linalg.norm(best.jac, axis=0) * _TYPICAL
+    unconstrained = [name for name, s in zip(parameters, sensitivity, strict=True) if s < 1e-6]
+    x = best.x.copy()
+    for i, name in enumerate(parameters):
+        # Any value in a flat direction fits as well: take the base one, unless that leaves the flat region.
+        if name in unconstrained:
+            trial = x.copy()
+            trial[i] = base_x[i]
+            if 0.5 * np.sum(residuals(trial) ** 2) <= best.cost * (1 + 1e-9) + 1e-15:
+                x = trial
+    return x, float(best.cost), unconstrained
+
+
 def _fit_device(
     device: str,
     rows: pd.DataFrame,
@@ -179,6 +264,7 @@ def _fit_device(
     start: KindFactors,
     output_tokens: int,
     fit_jitter: bool,
+    parameters: tuple[str, ...] = PARAMETERS,
 ) -> DeviceFit:
     """Least squares on log(estimated / measured) of the device's p50 TTFT and TBT."""
     shape = _stacked_shape([models[m] for m in rows.model])
@@ -190,9 +276,11 @@ def _fit_device(
         msg = f"device {device!r}: no row gives ttft_ms_p50 or tbt_ms_p50, nothing to calibrate against"
         raise InputError(msg, field="profiles")
 
+    start = _start(start, parameters)
+
     def factors(x: np.ndarray) -> KindFactors:
         return msgspec.structs.replace(
-            start, **{name: float(v) for name, v in zip(PARAMETERS, x, strict=True)}
+            start, **{name: float(v) for name, v in zip(parameters, x, strict=True)}
         )
 
     # The shape's fields are per-row arrays: subset them with the rows each metric uses.
@@ -211,36 +299,7 @@ def _fit_device(
         ttft, tbt = predict(x)
         return np.concatenate([np.log(ttft) - log_ttft, np.log(tbt) - log_tbt])
 
-    base_x = np.array([getattr(start, name) for name in PARAMETERS], dtype=float)
-    candidates = [base_x] + [np.array([ec, em, base_x[2], base_x[3]]) for ec, em in _STARTS]
-    best = None
-    for candidate in candidates:
-        x0 = np.clip(candidate, _LOWER + 1e-3, np.minimum(_UPPER, 1e6) - 1e-3)  # strictly inside the bounds
-        result = least_squares(
-            residuals,
-            x0,
-            bounds=(_LOWER, _UPPER),
-            method="trf",
-            x_scale=_TYPICAL,
-            xtol=1e-12,
-            ftol=1e-12,
-            gtol=1e-12,
-            max_nfev=2000,
-        )
-        if best is None or result.cost < best.cost - 1e-15:
-            best = result
-    assert best is not None
-    sensitivity = np.linalg.norm(best.jac, axis=0) * _TYPICAL
-    unconstrained = [name for name, s in zip(PARAMETERS, sensitivity, strict=True) if s < 1e-6]
-    x = best.x.copy()
-    for i, name in enumerate(PARAMETERS):
-        # Any value in a flat direction fits as well: take the base one, unless that leaves the flat region.
-        if name in unconstrained:
-            trial = x.copy()
-            trial[i] = base_x[i]
-            if 0.5 * np.sum(residuals(trial) ** 2) <= best.cost * (1 + 1e-9) + 1e-15:
-                x = trial
-
+    x, cost, unconstrained = _solve(residuals, start, parameters)
     fitted = factors(x)
     jitter_measured = False
     if fit_jitter:
@@ -271,7 +330,7 @@ def _fit_device(
         ttft_max=peak(ttft_err),
         tbt_rms=rms(tbt_err),
         tbt_max=peak(tbt_err),
-        cost=float(best.cost),
+        cost=cost,
         unconstrained=unconstrained,
         jitter_measured=jitter_measured,
     )
@@ -285,14 +344,19 @@ def fit(
     *,
     output_tokens: int = 128,
     fit_jitter: bool = True,
+    parameters: Sequence[str] = PARAMETERS,
 ) -> Calibration:
     """Fit e_c, e_m, o_pre, o_dec (and j90, j99 from the percentiles) per device of the measured rows.
 
     `output_tokens` must be the output length the rows were measured with: a decode step reads a mean
     context of prompt + output / 2 tokens, as in `estimate_rows`. Every device must be in `hardware`
     (default HARDWARE) and every model in `models` (default CATALOG) with its architecture, else InputError.
-    Each device's fit starts from `base` (default `Efficiency()`) factors of its kind.
+    Each device's fit starts from `base` (default `Efficiency()`) factors of the device (or its kind).
+    `parameters` (names from FITTABLE) replaces the default set; the rest stay at the base values, except
+    that a fitted per-call prefill cost replaces the base's per-layer one (`prefill_layer_ms` = 0) unless
+    that is fitted too.
     """
+    names = _check_parameters(parameters)
     frame = _frame(table_or_frame)
     if frame.empty:
         raise InputError("no rows to calibrate against", field="profiles")
@@ -307,7 +371,7 @@ def fit(
         except ValueError as error:
             raise InputError(str(error), field="profiles.device") from error
         fits[str(device)] = _fit_device(
-            str(device), rows.reset_index(drop=True), hw, catalog, start, output_tokens, fit_jitter
+            str(device), rows.reset_index(drop=True), hw, catalog, start, output_tokens, fit_jitter, names
         )
     return Calibration(base=eff, devices=fits, output_tokens=output_tokens)
 
@@ -344,3 +408,111 @@ def report(calibration: Calibration) -> str:
         f"{calibration.base.tag!r}; decode context = prompt + {calibration.output_tokens} / 2."
     )
     return "\n".join(lines + [""] + notes)
+
+
+# --- published figures ---------------------------------------------------------------------------------
+
+Metric = Literal["ttft", "tbt", "e2e"]
+
+
+class Figure(Base):
+    """One latency a public source printed, and exactly what ran: model, device spec, tp, batch, lengths.
+
+    metric: "ttft" (prefill of the whole batch), "tbt" (one decode step at `batch`, mean context prompt +
+    output / 2, as in `estimate_rows`) or "e2e" (a static batch end to end: ttft + (output - 1) tbt).
+    `hardware` and `model` are what the source ran: a precision variant where it ran one (FP8: one byte per
+    weight and KV element, FP8 peak TFLOPS in `bf16_tflops`), under the catalog device's name so its factors
+    apply. `fit` names the factor set this figure was fitted into ("" = only compared). `comparable` is False
+    where the figure includes what the estimator does not model (queueing behind other requests, prefills
+    interleaved with decode steps); such figures are tabulated, never fitted or pinned.
+    """
+
+    label: str
+    source: str
+    model: ModelSpec
+    hardware: HardwareSpec
+    tp: int
+    batch: int
+    prompt_tokens: int
+    output_tokens: int
+    metric: Metric
+    measured_ms: float
+    fit: str = ""
+    comparable: bool = True
+    note: str = ""
+
+
+def _predict(figures: Sequence[Figure], factors: Callable[[Figure], KindFactors]) -> np.ndarray:
+    """Estimated ms of each figure, under the factors `factors(figure)` gives (no capacity check)."""
+    out = []
+    for figure in figures:
+        shape = _shape(figure.model)
+        f = factors(figure)
+        tp, batch, prompt = (np.array([float(v)]) for v in (figure.tp, figure.batch, figure.prompt_tokens))
+        context = prompt + figure.output_tokens / 2
+        ttft = float(prefill_ms(shape, figure.hardware, f, tp, batch, prompt)[0])
+        tbt = float(decode_ms(shape, figure.hardware, f, tp, batch, context)[0])
+        out.append({"ttft": ttft, "tbt": tbt, "e2e": ttft + (figure.output_tokens - 1) * tbt}[figure.metric])
+    return np.array(out)
+
+
+def estimate_figures(figures: Sequence[Figure], efficiency: Efficiency | None = None) -> np.ndarray:
+    """The estimator's p50 for each figure, in ms, with `efficiency` (default `Efficiency()`)."""
+    eff = efficiency or Efficiency()
+    return _predict(figures, lambda figure: eff.factors(figure.hardware))
+
+
+class FigureFit(Base):
+    """One factor set fitted to figures: the factors, the error per figure and overall (fractions)."""
+
+    factors: KindFactors
+    labels: list[str]
+    ratios: list[float]  # estimated / measured, per figure
+    rms: float
+    max: float
+    cost: float
+    unconstrained: list[str] = []
+
+
+def fit_figures(
+    figures: Sequence[Figure], start: KindFactors, parameters: Sequence[str] = PARAMETERS
+) -> FigureFit:
+    """One factor set for all `figures` (least squares of log(estimated / measured), as `fit`).
+
+    `start` gives the parameters not fitted and the first starting point; `parameters` (names from
+    FITTABLE) are fitted within their bounds, with the same rule as `fit` for the per-call and per-layer
+    prefill costs. Raises InputError for no figures, a figure the estimator cannot model or a
+    non-comparable figure.
+    """
+    names = _check_parameters(parameters)
+    if not figures:
+        raise InputError("no figures to fit", field="figures")
+    for figure in figures:
+        if not figure.comparable:
+            raise InputError(f"{figure.label}: not comparable, it cannot be fitted", field="figures")
+        try:
+            _shape(figure.model)
+        except ValueError as error:
+            raise InputError(f"{figure.label}: {error}", field="figures") from error
+    first = _start(start, names)
+    measured = np.log(np.array([figure.measured_ms for figure in figures]))
+
+    def factors(x: np.ndarray) -> KindFactors:
+        return msgspec.structs.replace(first, **{n: float(v) for n, v in zip(names, x, strict=True)})
+
+    def residuals(x: np.ndarray) -> np.ndarray:
+        f = factors(x)
+        return np.log(_predict(figures, lambda _: f)) - measured
+
+    x, cost, unconstrained = _solve(residuals, first, names)
+    ratios = np.exp(residuals(x))
+    errors = np.abs(ratios - 1)
+    return FigureFit(
+        factors=factors(x),
+        labels=[figure.label for figure in figures],
+        ratios=[float(r) for r in ratios],
+        rms=float(np.sqrt(np.mean(errors**2))),
+        max=float(errors.max()),
+        cost=cost,
+        unconstrained=unconstrained,
+    )
