@@ -15,6 +15,7 @@ from fleetplan.models.profile import KEY_COLUMNS, LATENCY_COLUMNS, ProfileRow, P
 from fleetplan.models.workload import CATALOG, ModelSpec
 from fleetplan.profiler import build_fixtures
 from fleetplan.profiler.analytic import Efficiency, estimate_rows
+from fleetplan.profiler.calibrate import PUBLIC_FIGURES, Figure, estimate_figures
 
 ROOT = Path(__file__).resolve().parents[1]
 PROFILES = fixtures.profiles_dir()
@@ -38,13 +39,16 @@ def estimate(model: str, device: str, tp: int, batch: int, prompt: int, output: 
 @pytest.mark.parametrize("device", sorted(HARDWARE))
 @pytest.mark.parametrize(("model", "tp"), [("llama-3.2-1b", 1), ("llama-3.1-8b", 2)])
 def test_ttft_grows_with_prompt_and_batch(model: str, tp: int, device: str) -> None:
-    """A longer prompt or a bigger batch is more prefill work: TTFT rises strictly along both axes."""
+    """A longer prompt or a bigger batch is more prefill work: TTFT never falls along either axis and rises
+    from end to end of both (a small prefill bound by its one weight read is flat: the roofline plateau)."""
     rows = estimate_rows(CATALOG[model], HARDWARE[device], [tp], [1, 2, 4, 8], [128, 256, 512, 1024])
     table = pd.DataFrame(msgspec.to_builtins(rows))
-    grid = table.pivot(index="batch", columns="prompt_tokens", values="ttft_ms_p50")
-    assert grid.notna().all().all()
-    assert (np.diff(grid.to_numpy(), axis=0) > 0).all()
-    assert (np.diff(grid.to_numpy(), axis=1) > 0).all()
+    grid = table.pivot(index="batch", columns="prompt_tokens", values="ttft_ms_p50").to_numpy()
+    assert not np.isnan(grid).any()
+    assert (np.diff(grid, axis=0) >= 0).all()
+    assert (np.diff(grid, axis=1) >= 0).all()
+    assert (grid[-1, :] > grid[0, :]).all()
+    assert (grid[:, -1] > grid[:, 0]).all()
 
 
 def test_decode_step_grows_slowly_with_batch() -> None:
@@ -140,14 +144,76 @@ CALIBRATION = [
     ids=[c[0] for c in CALIBRATION],
 )
 def test_estimates_reproduce_the_public_figures(
-    what: str, model: str, device: str, tp: int, batch: int, prompt: int, output: int, metric: str,
-    measured: float, tolerance: float,
+    what: str,
+    model: str,
+    device: str,
+    tp: int,
+    batch: int,
+    prompt: int,
+    output: int,
+    metric: str,
+    measured: float,
+    tolerance: float,
 ) -> None:
     """The calibration points stay calibrated: a change to the factors or equations that moves them fails."""
     row = estimate(model, device, tp, batch, prompt, output)
     estimated = row.ttft_ms_p50 if metric == "ttft" else row.tbt_ms_p50
     message = f"{what}: estimated {estimated:.2f} ms, measured {measured:.2f}"
     assert abs(estimated / measured - 1) <= tolerance, message
+
+
+# Every Llama-2/3-70B latency in docs/public-figures.md that measures what the estimator models (one static
+# batch: no queueing). The inf2 Llama-2-70B TTFT cannot be met: 277 ms at 1,024 tokens against the same
+# instance's 745 ms at 2,048 (Llama-3-70B) is 2.7x the time for 2x the tokens, which no prefill linear in the
+# prompt fits (a refit of the inferentia factors that includes it still leaves it at 1.32x and moves the paper
+# set's inf2 TTFTs by up to 19%, docs/profiles.md).
+SEVENTY_B = [f for f in PUBLIC_FIGURES if f.model.params_b is not None and f.model.params_b > 60]
+UNREACHABLE = {"inf2 Llama-2-70B TTFT 1024"}
+
+
+def _pinned(figure: Figure) -> object:
+    if figure.label in UNREACHABLE:
+        reason = "inconsistent with the Llama-3-70B rows of the same CSV under any linear prefill (1.56x)"
+        return pytest.param(figure, id=figure.label, marks=pytest.mark.xfail(strict=True, reason=reason))
+    return pytest.param(figure, id=figure.label)
+
+
+def test_every_cited_70b_figure_is_covered() -> None:
+    """Neuron (inf2, trn1), TensorRT-LLM, LLM-Inference-Bench and NIM: 18 static-batch figures, 8 queued."""
+    assert len([f for f in SEVENTY_B if f.comparable]) == 18
+    assert len([f for f in SEVENTY_B if not f.comparable]) == 8
+    assert {f.hardware.name for f in SEVENTY_B} == {"inf2", "trn1", "a100", "h100"}
+
+
+@pytest.mark.parametrize("figure", [_pinned(f) for f in SEVENTY_B if f.comparable])
+def test_estimates_are_within_25_percent_of_the_70b_figures(figure: Figure) -> None:
+    """Prefill and decode of 70B models at the tp, batch and lengths the sources ran, default factors."""
+    (estimated,) = estimate_figures([figure])
+    ratio = estimated / figure.measured_ms
+    message = (
+        f"{figure.label}: estimated {estimated:.2f} ms, measured {figure.measured_ms:.2f} ({ratio:.2f}x)"
+    )
+    assert 0.75 <= ratio <= 1.25, message
+
+
+@pytest.mark.parametrize("concurrency", [5, 25, 50])
+def test_nim_inter_token_latency_under_load_is_decode_plus_interleaved_prefill(concurrency: int) -> None:
+    """NIM's ITL at concurrency c is not one decode step at batch c: each step also carries c x 5000 / 500
+    prompt tokens of the requests admitted meanwhile. Decode plus that prefill work reproduces it, which is
+    why the bare decode step looks 2-3x optimistic against it (docs/profiles.md)."""
+    (figure,) = [
+        f for f in SEVENTY_B if f.label == f"H100x2 FP8 NIM Llama-3.3-70B ITL 5000/500 c={concurrency}"
+    ]
+    (decode,) = estimate_figures([figure])
+    assert decode / figure.measured_ms < 0.9
+    interleaved = concurrency * figure.prompt_tokens / figure.output_tokens
+    f = Efficiency().factors(figure.hardware)
+    assert figure.model.params_b is not None
+    # The matmul work of the interleaved prompt tokens at the prefill efficiency, added to the step: an
+    # accounting (it assumes no overlap with the step's weight read), not part of the estimator.
+    flops = 2 * figure.model.params_b * 1e9 * interleaved
+    extra = flops / (figure.tp * figure.hardware.bf16_tflops * 1e12 * f.compute_eff) * 1e3
+    assert 0.9 <= (decode + extra) / figure.measured_ms <= 1.1
 
 
 def test_estimator_refuses_what_it_cannot_model() -> None:

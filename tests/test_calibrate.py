@@ -12,6 +12,7 @@ from fleetplan.profiler import tables
 from fleetplan.profiler.analytic import Efficiency, KindFactors, estimate_rows
 from fleetplan.profiler.calibrate import (
     PARAMETERS,
+    PUBLIC_FIGURES,
     Calibration,
     Figure,
     estimate_figures,
@@ -302,6 +303,33 @@ def test_fit_figures_recovers_factors_from_exact_figures() -> None:
     for name in names:
         assert getattr(refit.factors, name) == pytest.approx(getattr(truth, name), rel=1e-4, abs=1e-8), name
     assert refit.max < 1e-6
+
+
+# Which parameters each default factor set was fitted on; the rest come from the kind's roofline-v1 factors.
+DEFAULT_FITS = {
+    "a100": ("gpu", ("compute_eff", "mem_eff", "prefill_layer_ms", "decode_overhead_ms")),
+    "h100": ("gpu", ("compute_eff", "mem_eff", "prefill_layer_ms", "decode_overhead_ms")),
+    "trainium": ("trainium", ("compute_eff", "mem_eff", "prefill_overhead_ms", "step_us")),
+}
+
+
+@pytest.mark.parametrize("group", sorted(DEFAULT_FITS))
+def test_default_factors_are_the_fit_of_the_public_figures(group: str) -> None:
+    """analytic.py's A100, H100 and Trainium factors are fit_figures on PUBLIC_FIGURES, rounded: refit."""
+    kind, names = DEFAULT_FITS[group]
+    figures = [figure for figure in PUBLIC_FIGURES if figure.fit == group]
+    assert len(figures) >= 4
+    default = Efficiency().factors(figures[0].hardware)
+    assert all(Efficiency().factors(figure.hardware) == default for figure in figures)
+    # roofline-v1 kind factors (the trainium kind's were inferentia's) with the per-call prefill cost zeroed
+    # where the per-layer one is fitted
+    start = Efficiency().kinds["inferentia" if kind == "trainium" else kind]
+    if "prefill_layer_ms" in names:
+        start = msgspec.structs.replace(start, prefill_overhead_ms=0.0)
+    refit = fit_figures(figures, start, names)
+    for name in KindFactors.__struct_fields__:
+        assert getattr(default, name) == pytest.approx(getattr(refit.factors, name), abs=6e-3), name
+    assert refit.max < 0.2
 
 
 def test_fit_figures_refuses_what_it_cannot_fit() -> None:

@@ -1,9 +1,9 @@
-"""Regenerate the bundled profile sets, byte for byte: `python -m fleetplan.profiler.build_fixtures [OUT_DIR]`.
+"""Regenerate the bundled profile sets byte for byte: `python -m fleetplan.profiler.build_fixtures [OUT_DIR]`.
 
 Each set is `<OUT_DIR>/<name>/profile.csv` plus `manifest.json` (a ProfileSetManifest whose sha256 is that of
-the CSV bytes). OUT_DIR defaults to fleetplan/fixtures/profiles/ in this tree. Everything here is a pure function of
-the catalog, the spec sheets and the estimator's defaults, and `created` is a constant, so a rebuild that
-changes a byte means one of those changed.
+the CSV bytes). OUT_DIR defaults to fleetplan/fixtures/profiles/ in this tree. Everything here is a pure
+function of the catalog, the spec sheets and the estimator's defaults, and `created` is a constant, so a
+rebuild that changes a byte means one of those changed.
 """
 
 import hashlib
@@ -44,7 +44,23 @@ CALIBRATION_SOURCES = {
         "v5e (slice not stated; read as v5e-8 TP8)"
     ),
     "models": (
-        "Hugging Face config.json shapes (docs/public-figures.md section 5; fleetplan/models/workload.py CATALOG)"
+        "Hugging Face config.json shapes (docs/public-figures.md section 5; "
+        "fleetplan/models/workload.py CATALOG)"
+    ),
+}
+# Cited only by the sets holding these devices, whose factors were fitted apart from their kind's.
+DEVICE_CALIBRATION_SOURCES = {
+    "calibration:serving-gpu": (
+        {"a100", "h100"},
+        "a100, h100: fleetplan.profiler.calibrate.fit_figures on PUBLIC_FIGURES: "
+        "NVIDIA/TensorRT-LLM@138f96d4 docs/source/performance.md (low latency, A100 FP16, H100 FP8), "
+        "argonne-lcf/LLM-Inference-Bench@4211f5d4 (BSD-3) Plots/All_results.csv and Fig_22 TTFT, "
+        "NVIDIA NIM 1.8.0 benchmarking docs (Llama-3.3-70B, 2 x H100 FP8, concurrency 1)",
+    ),
+    "calibration:trainium": (
+        {"trn1"},
+        "aws-neuron-sdk@81ce03ae about-neuron/benchmarks/trn1/latency_data_decoder.csv "
+        "(CC-BY-SA-4.0; cited, not vendored): trn1.32xlarge TP32, Llama-2-70B and Llama-3-8B, bs1",
     ),
 }
 
@@ -119,7 +135,10 @@ def csv_bytes(rows: list[ProfileRow]) -> bytes:
 
 def set_sources(spec: SetSpec) -> dict[str, str]:
     """Citations of the estimator, its calibration and each device's spec sheet."""
-    return {**CALIBRATION_SOURCES, **{f"hardware:{name}": HARDWARE[name].source for name in spec.devices}}
+    devices = set(spec.devices)
+    fitted = {key: text for key, (which, text) in DEVICE_CALIBRATION_SOURCES.items() if which & devices}
+    hardware = {f"hardware:{name}": HARDWARE[name].source for name in spec.devices}
+    return {**CALIBRATION_SOURCES, **fitted, **hardware}
 
 
 def write_set(spec: SetSpec, out_dir: Path, efficiency: Efficiency) -> ProfileSetManifest:
