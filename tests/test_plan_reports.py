@@ -55,7 +55,7 @@ def request_of(devices, workloads, rows, **options) -> PlanRequest:
         "devices": devices,
         "workloads": workloads,
         "profiles": {"rows": rows},
-        "options": {"mip_rel_gap": 1e-9, "max_utilization": 0.8, **options},
+        "options": {"mip_rel_gap": 1e-9, "capacity_model": "flat", "max_utilization": 0.8, **options},
     }
     return msgspec.convert(body, PlanRequest)
 
