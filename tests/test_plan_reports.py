@@ -1,13 +1,19 @@
 """Honest plan reports: baselines within the budget, no service without hardware, weighted objectives
 labelled, interpolation across profile gaps warned about. Every plan verified."""
 
+import dataclasses
+
 import msgspec
+import numpy as np
 import pytest
 
-from fleetplan.models.plan import Plan, PlanRequest
-from fleetplan.solver import plan
+from fleetplan.models.errors import PlanVerificationError
+from fleetplan.models.plan import Plan, PlanRequest, PoolRef
+from fleetplan.solver import pipeline, plan
 from fleetplan.solver.baselines import gpu_only_run, greedy_run
 from fleetplan.solver.candidates import build_candidates
+from fleetplan.solver.extract import pools_out, routes_out, solution_from
+from fleetplan.solver.formulation import build_matrix
 from fleetplan.solver.pipeline import resolve_profiles
 from fleetplan.solver.verify import verify
 
@@ -150,3 +156,143 @@ def test_disaggregated_greedy_serves_part_of_a_class_within_the_budget():
     result = checked(request)
     assert result.slo_rps == pytest.approx(16.0, rel=1e-6)
     assert result.cost_per_hour <= 8.0 + 1e-9
+
+
+# --- 2. no service without hardware -------------------------------------------------------------------------
+
+
+def _use(cand, w: int, role: str, device: str) -> int:
+    uses = cand.uses
+    hit = uses.index[(uses["w"] == w) & (uses["role"] == role) & (uses["device"] == device)]
+    assert len(hit) == 1, (w, role, device)
+    return int(hit[0])
+
+
+def _solution(request: PlanRequest, x: dict[tuple[str, str], int], flows: dict[tuple[int, str, str], float]):
+    """solution_from on a hand-made column vector: x per (role, device), flow per (class, role, device)."""
+    cand = build_candidates(request, resolve_profiles(request))
+    _, cols = build_matrix(cand)
+    values = np.zeros(cols.size)
+    pools = cand.pools
+    for (role, device), n in x.items():
+        values[int(pools.index[(pools["role"] == role) & (pools["device"] == device)][0])] = n
+    for (w, role, device), rps in flows.items():
+        values[cols.use_offset + _use(cand, w, role, device)] = rps
+    return cand, solution_from(cand, cols, values)
+
+
+def test_a_tiny_colocated_flow_through_a_pool_without_instances_is_dropped_to_unserved():
+    request = colocated_budget_request(None)
+    cand, sol = _solution(
+        request,
+        {("colocated", "gpu"): 1, ("colocated", "acc"): 0},
+        {(0, "colocated", "gpu"): 3.0, (1, "colocated", "acc"): 2e-6},
+    )
+    routes = routes_out(cand, sol)
+    assert [r.colocated.device for r in routes[0]] == ["gpu"]
+    assert routes[1] == []
+    assert sol.dropped[0] == 0.0
+    assert sol.dropped[1] == pytest.approx(2e-6)
+    assert [p.device for p in pools_out(cand, sol)] == ["gpu"]
+
+
+def disaggregated_request(**options) -> PlanRequest:
+    """Prefill on pre or pre2 (TTFT 50 ms), decode on dec (TBT 10 ms): one class, 40 RPS."""
+    return request_of(
+        [
+            {"name": "pre", "count": 4, "kind": "gpu", "cost_per_hour": 1},
+            {"name": "pre2", "count": 4, "cost_per_hour": 1},
+            {"name": "dec", "count": 4, "cost_per_hour": 3},
+        ],
+        [workload("a", 40.0, output_tokens=10, ttft=300)],
+        flat_rows({"pre": (50.0, 100.0), "pre2": (60.0, 100.0), "dec": (400.0, 10.0)}),
+        allow_colocated=False,
+        **options,
+    )
+
+
+def test_a_kv_flow_whose_prefill_pool_has_no_instance_loses_its_decode_end_too():
+    cand, sol = _solution(
+        disaggregated_request(),
+        {("prefill", "pre"): 1, ("prefill", "pre2"): 0, ("decode", "dec"): 1},
+        {(0, "prefill", "pre"): 5.0, (0, "prefill", "pre2"): 2e-6, (0, "decode", "dec"): 5.0 + 2e-6},
+    )
+    assert sol.flow[_use(cand, 0, "prefill", "pre2")] == 0.0
+    assert sol.flow[_use(cand, 0, "decode", "dec")] == pytest.approx(5.0, abs=1e-12)
+    assert sol.dropped[0] == pytest.approx(2e-6)
+    routes = routes_out(cand, sol)[0]
+    assert [(r.prefill.device, r.decode.device) for r in routes] == [("pre", "dec")]
+    assert routes[0].rps == pytest.approx(5.0, abs=1e-12)
+
+
+def test_a_decode_pool_left_with_only_orphaned_flow_keeps_no_instance():
+    cand, sol = _solution(
+        disaggregated_request(),
+        {("prefill", "pre2"): 0, ("decode", "dec"): 1},
+        {(0, "prefill", "pre2"): 2e-6, (0, "decode", "dec"): 2e-6},
+    )
+    assert not sol.flow.any()
+    assert not sol.instances.any()
+    assert sol.dropped[0] == pytest.approx(2e-6)
+    assert routes_out(cand, sol)[0] == []
+
+
+def test_plan_reports_a_tiny_flow_through_an_empty_pool_as_unserved_with_a_reason(monkeypatch):
+    """The solver's answer is doctored the way round-off does it: 2e-6 RPS of class a moved from the gpu pool
+    to the acc pool, which has no instance (inside verify's absolute slack on capacity)."""
+    request = request_of(
+        [
+            {"name": "gpu", "count": 4, "kind": "gpu", "cost_per_hour": 2},
+            {"name": "acc", "count": 3, "cost_per_hour": 1.5},
+        ],
+        [workload("a", 3.0)],
+        flat_rows({"gpu": (100.0, 10.0), "acc": (200.0, 20.0)}),
+        allow_disaggregated=False,
+    )
+    real = pipeline.optimize
+
+    def doctored(req, cand, *args, **kwargs):
+        outcome = real(req, cand, *args, **kwargs)
+        values = outcome.values.copy()
+        gpu, acc = _use(cand, 0, "colocated", "gpu"), _use(cand, 0, "colocated", "acc")
+        assert values[cand.uses.at[acc, "pool"]] == 0, "the plan should need no acc"
+        values[outcome.columns.use_offset + gpu] -= 2e-6
+        values[outcome.columns.use_offset + acc] += 2e-6
+        return dataclasses.replace(outcome, values=values)
+
+    monkeypatch.setattr(pipeline, "optimize", doctored)
+    result = checked(request)
+    (a,) = result.workloads
+    assert {r.colocated.device for r in a.routes} == {"gpu"}
+    assert a.unserved_rps == pytest.approx(2e-6, abs=1e-9)
+    assert "0 instances" in a.reason
+    assert [p.device for p in result.pools] == ["gpu"]
+
+
+def test_verify_rejects_a_route_through_a_pool_without_instances():
+    request = colocated_budget_request(None)
+    result = checked(request)
+    a = result.workloads[0]
+    tiny = msgspec.structs.replace(a.routes[0], rps=1e-6, colocated=PoolRef(device="acc", tp=1, batch=1))
+    if any(p.device == "acc" for p in result.pools):
+        pools = [p for p in result.pools if p.device != "acc"]
+        used = sum(p.instances * p.tp for p in pools if p.device == "acc")
+        devices = [msgspec.structs.replace(d, used=used) if d.name == "acc" else d for d in result.devices]
+        cost = sum(p.instances * p.tp * 2.0 for p in pools)
+        result = msgspec.structs.replace(result, pools=pools, devices=devices, cost_per_hour=cost)
+    doctored = msgspec.structs.replace(
+        result,
+        slo_rps=result.slo_rps + 1e-6,
+        workloads=[
+            msgspec.structs.replace(
+                a,
+                routes=[*a.routes, tiny],
+                served_rps=a.served_rps + 1e-6,
+                unserved_rps=a.unserved_rps - 1e-6,
+            ),
+            *result.workloads[1:],
+        ],
+    )
+    with pytest.raises(PlanVerificationError) as caught:
+        verify(request, doctored, resolve_profiles(request))
+    assert "which has no instance" in str(caught.value)

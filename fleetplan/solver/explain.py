@@ -74,6 +74,15 @@ def shortfall_reason(
     return "; ".join(binding)
 
 
+def with_dropped_flow(reason: str | None, rps: float) -> str:
+    """`reason`, and that `rps` the solver routed through pools it gave no instance is counted unserved."""
+    note = (
+        f"{rps:.3g} RPS the solver routed through pools with 0 instances (within its numerical tolerances) "
+        "is reported unserved"
+    )
+    return note if reason is None else f"{reason}; {note}"
+
+
 def _min_tp(cand: Candidates, w: int, device: str) -> int:
     tps = cand.uses.loc[(cand.uses["w"] == w) & (cand.uses["device"] == device), "tp"]
     return int(tps.min()) if len(tps) else 1

@@ -19,6 +19,7 @@ class Solution:
     instances: np.ndarray
     flow: np.ndarray
     capacity_used: np.ndarray  # sum_w f / r per pool, in instances
+    dropped: np.ndarray | None = None  # RPS per class dropped for running through pools with 0 instances
 
 
 def _capacity_used(cand: Candidates, flow: np.ndarray) -> np.ndarray:
@@ -46,13 +47,37 @@ def solution_from(cand: Candidates, cols: Columns, values: np.ndarray) -> Soluti
     per_instance = pools["tp"].to_numpy(float) * nic * pools["nic_rho"].to_numpy(float)
     nic_need = np.where(np.isfinite(per_instance), _nic_used(cand, flow) / per_instance, 0.0)
     need = np.ceil(np.maximum(used / rho, nic_need) - 1e-6).astype(np.int64)
-    instances = np.minimum(x, need)
-    # no service without hardware: flows left in a pool with no instance (solver tolerance) are unserved
-    idle = instances[cand.uses["pool"].to_numpy()] == 0
-    if idle.any():
-        flow = np.where(idle, 0.0, flow)
-        used = _capacity_used(cand, flow)
-    return Solution(instances, flow, used)
+    return without_orphan_flows(cand, Solution(np.minimum(x, need), flow, used))
+
+
+def without_orphan_flows(cand: Candidates, sol: Solution) -> Solution:
+    """No class is served through a pool with 0 instances.
+
+    Rounding x, and the 1e-6 slack on the instances a pool needs, can leave a pool with 0 instances and a
+    tiny flow (within the solver's tolerances). Such flows are dropped to unserved; a prefill or decode
+    flow that loses its other end with them is cut to what the KV matching still pairs up, and a pool
+    left without flow keeps no instances. `dropped` is the RPS each class loses (almost always nothing).
+    """
+    uses = cand.uses.reset_index(drop=True)
+    pool = uses["pool"].to_numpy()
+    orphan = (sol.instances[pool] == 0) & (sol.flow > 0)
+    dropped = np.zeros(len(cand.classes))
+    if not orphan.any():
+        return Solution(sol.instances, sol.flow, sol.capacity_used, dropped)
+    flow = np.where(orphan, 0.0, sol.flow)
+    frame = uses.assign(flow=flow)
+    active = frame[(frame["flow"] > 0) & (frame["role"] != "colocated")]
+    flow[(uses["role"] != "colocated").to_numpy()] = 0.0
+    for _, group in active.groupby(["w", "key"], sort=True):
+        sources = group[group["role"] == "prefill"].sort_values("level", kind="stable")
+        for p, d, rps in match_kv_flows(sources, group[group["role"] == "decode"]):
+            flow[p] += rps
+            flow[d] += rps
+    instances = np.where(np.bincount(pool, weights=flow, minlength=len(cand.pools)) > 0, sol.instances, 0)
+    serves = uses["role"].isin(["colocated", "prefill"]).to_numpy()
+    w = uses["w"].to_numpy()
+    dropped = np.bincount(w, weights=(sol.flow - flow) * serves, minlength=len(cand.classes))
+    return Solution(instances, flow, _capacity_used(cand, flow), np.where(dropped > 1e-9, dropped, 0.0))
 
 
 def pool_groups(cand: Candidates, sol: Solution) -> np.ndarray:

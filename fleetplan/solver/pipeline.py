@@ -56,7 +56,7 @@ def plan(request: PlanRequest, store: ProfileStore | None = None, *, with_baseli
     devices = extract.devices_out(cand, solution)
     links = extract.links_out(cand, routes)
     cost = float(sum(d.cost_per_hour * u.used for d, u in zip(request.devices, devices, strict=True)))
-    results = _workload_results(cand, routes, devices, links, cost)
+    results = _workload_results(cand, routes, devices, links, cost, solution.dropped)
     served = sum(r.served_rps for r in results)
 
     base = None
@@ -118,7 +118,9 @@ def _solution(cand, outcome, values) -> extract.Solution:
     return extract.solution_from(cand, outcome.columns, values)
 
 
-def _workload_results(cand, routes, devices, links, cost) -> list[WorkloadResult]:
+def _workload_results(cand, routes, devices, links, cost, dropped=None) -> list[WorkloadResult]:
+    """Served, unserved and why, per class; `dropped` is the RPS per class extract dropped for running
+    through pools with 0 instances (it is unserved, and the reason says so)."""
     results = []
     for w, c in cand.classes.iterrows():
         served = float(sum(r.rps for r in routes[w]))
@@ -130,6 +132,8 @@ def _workload_results(cand, routes, devices, links, cost) -> list[WorkloadResult
                 reason = explain.no_candidate_reason(cand, w)
             else:
                 reason = explain.shortfall_reason(cand, w, devices, links, cost)
+        if dropped is not None and dropped[w] > 0:
+            reason = explain.with_dropped_flow(reason, float(dropped[w]))
         results.append(
             WorkloadResult(name=c["name"], served_rps=round(served, 9), unserved_rps=round(unserved, 9), reason=reason, routes=routes[w])
         )

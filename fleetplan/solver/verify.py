@@ -106,6 +106,9 @@ def verify(request: PlanRequest, plan: Plan, table=None) -> None:  # noqa: C901,
         nic = devices[key[2]].network_gbps
         if nic is not None and not _at_most(traffic, instances.get(key, 0) * key[3] * nic):
             problems.append(f"nic: pool {key} moves {traffic:.6f} Gbit/s > instances * tp * {nic}")
+    for key in pool_load:
+        if instances.get(key, 0) < 1:
+            problems.append(f"routes: a class is served through pool {key}, which has no instance")
 
     used: dict[str, int] = defaultdict(int)
     for pool in plan.pools:
