@@ -2,11 +2,13 @@
 labelled, interpolation across profile gaps warned about. Every plan verified."""
 
 import dataclasses
+import io
 
 import msgspec
 import numpy as np
 import pytest
 
+from fleetplan.api.render import render_plain
 from fleetplan.models.errors import PlanVerificationError
 from fleetplan.models.plan import Plan, PlanRequest, PoolRef
 from fleetplan.solver import pipeline, plan
@@ -296,3 +298,81 @@ def test_verify_rejects_a_route_through_a_pool_without_instances():
     with pytest.raises(PlanVerificationError) as caught:
         verify(request, doctored, resolve_profiles(request))
     assert "which has no instance" in str(caught.value)
+
+
+# --- 3. weighted objectives are labelled -----------------------------------------------------------------
+
+
+def fleet_of_22_rps(a: dict, b: dict, **options) -> PlanRequest:
+    """4 gpu x 4 RPS + 3 acc x 2 RPS = 22 RPS of colocated capacity (colocated_budget_request's fleet)."""
+    return request_of(
+        [
+            {"name": "gpu", "count": 4, "kind": "gpu", "cost_per_hour": 2},
+            {"name": "acc", "count": 3, "cost_per_hour": 1},
+        ],
+        [workload("a", **a), workload("b", **b)],
+        flat_rows({"gpu": (100.0, 10.0), "acc": (200.0, 20.0)}),
+        allow_disaggregated=False,
+        **options,
+    )
+
+
+def summary(result: Plan) -> str:
+    out = io.StringIO()
+    render_plain(result, out)
+    return out.getvalue().splitlines()[0]
+
+
+def test_weighted_goodput_reports_its_objective_and_bound_in_weighted_units():
+    request = fleet_of_22_rps({"rate": 30.0, "weight": 3.0}, {"rate": 5.0})
+    result = checked(request)
+    # every RPS goes to a (weight 3): 22 RPS served, weighted objective 3 * 22 = 66
+    assert result.slo_rps == pytest.approx(22.0, rel=1e-6)
+    assert result.objective_unit == "weighted_rps"
+    assert result.objective_value == pytest.approx(66.0, rel=1e-6)
+    assert result.objective_bound == pytest.approx(66.0, rel=1e-6)
+    assert result.objective_bound >= result.objective_value * (1 - 1e-9)
+    assert result.bound_rps is None  # the solver's bound is on weighted RPS, not on slo_rps
+    assert result.mip_gap == pytest.approx(0.0, abs=1e-6)
+    line = summary(result)
+    assert "SLO RPS 22.00 / 35.00 demand (62.9%) (weighted objective 66.00, bound 66.00)" in line
+    assert "|  bound" not in line
+
+
+def test_unweighted_goodput_keeps_bound_rps_and_the_plain_summary():
+    result = checked(fleet_of_22_rps({"rate": 30.0}, {"rate": 5.0}))
+    assert result.objective_unit == "rps"
+    assert result.objective_value == pytest.approx(result.slo_rps, abs=1e-9)
+    assert result.bound_rps == result.objective_bound
+    assert result.bound_rps == pytest.approx(22.0, rel=1e-6)
+    assert "demand (62.9%)  |  bound 22.00  |  gap 0.00%" in summary(result)
+
+
+def test_max_min_fraction_and_min_cost_report_their_own_units():
+    fair = checked(fleet_of_22_rps({"rate": 30.0}, {"rate": 5.0}, objective="max_min_fraction"))
+    assert fair.objective_unit == "min_fraction"
+    assert fair.objective_value == pytest.approx(22 / 35, rel=1e-6)
+    assert fair.bound_rps is None
+    assert "objective: min served fraction 0.6286, bound 0.6286" in summary(fair)
+    # 10 RPS at 0.5/h per RPS on either device: 5/h
+    cheap = checked(fleet_of_22_rps({"rate": 8.0}, {"rate": 2.0}, objective="min_cost"))
+    assert cheap.objective_unit == "cost_per_hour"
+    assert cheap.objective_value == pytest.approx(5.0, rel=1e-6)
+    assert cheap.cost_per_hour == pytest.approx(5.0, rel=1e-6)
+    assert "objective: cost per hour 5.00, bound 5.00" in summary(cheap)
+
+
+@pytest.mark.parametrize(
+    ("change", "expected"),
+    [
+        ({"objective_unit": "rps"}, "objective_unit 'rps' but the weights"),
+        ({"bound_rps": 66.0}, "bound_rps given for a weighted objective"),
+        ({"objective_value": 70.0}, "objective_value 70.0 != sum of weight x served"),
+    ],
+)
+def test_verify_rejects_a_mislabelled_weighted_objective(change, expected):
+    request = fleet_of_22_rps({"rate": 30.0, "weight": 3.0}, {"rate": 5.0})
+    result = plan(request, with_baselines=False)
+    with pytest.raises(PlanVerificationError) as caught:
+        verify(request, msgspec.structs.replace(result, **change))
+    assert expected in str(caught.value)

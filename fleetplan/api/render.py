@@ -50,11 +50,29 @@ def route_label(route: Route) -> str:
     return f"{prefill} -> {decode}"
 
 
+_OBJECTIVE_LABELS = {
+    "weighted_rps": ("weighted objective", 2),
+    "min_fraction": ("objective: min served fraction", 4),
+    "cost_per_hour": ("objective: cost per hour", 2),
+    "devices": ("objective: devices", 2),
+}
+
+
+def objective_text(plan: Plan) -> str:
+    """The bound, labelled with its units: "bound 45.94" for plain RPS, "(weighted objective 52.30, bound
+    52.30)" when a weight differs from 1 (slo_rps is then unweighted), else the objective solved."""
+    if plan.objective_unit in _OBJECTIVE_LABELS:
+        label, digits = _OBJECTIVE_LABELS[plan.objective_unit]
+        text = f"{label} {_num(plan.objective_value, digits)}, bound {_num(plan.objective_bound, digits)}"
+        return f" ({text})" if plan.objective_unit == "weighted_rps" else f"  |  {text}"
+    return f"  |  bound {_num(plan.bound_rps)}"
+
+
 def summary_line(plan: Plan) -> str:
     served = plan.slo_rps / plan.demand_rps if plan.demand_rps > 0 else None
     return (
         f"status {plan.status} ({plan.objective})  |  SLO RPS {_num(plan.slo_rps)} / {_num(plan.demand_rps)}"
-        f" demand ({_pct(served)})  |  bound {_num(plan.bound_rps)}  |  gap {_pct(plan.mip_gap, 2)}"
+        f" demand ({_pct(served)}){objective_text(plan)}  |  gap {_pct(plan.mip_gap, 2)}"
         f"  |  cost {_num(plan.cost_per_hour)}/h  |  solve {_num(plan.solver.solve_ms, 1)} ms"
         f" (build {_num(plan.solver.build_ms, 1)} ms, {plan.solver.backend})"
     )

@@ -25,6 +25,8 @@ CapacityModel = Literal["queueing", "flat"]
 SolverName = Literal["highs", "pyomo", "ortools"]
 Role = Literal["prefill", "decode", "colocated"]
 Status = Literal["optimal", "feasible", "infeasible", "no_candidates"]
+# the units of Plan.objective_value / objective_bound (docs/api.md)
+ObjectiveUnit = Literal["rps", "weighted_rps", "min_fraction", "cost_per_hour", "devices"]
 
 
 class Options(Base):
@@ -224,8 +226,10 @@ class ProfileSetInfo(Base):
 class Plan(Base):
     """The answer: per-class routes, pools, device and link use, baselines and how it was solved.
 
-    `slo_rps` is the SLO-compliant RPS (goodput). `bound_rps` is the solver's proven upper bound on the
-    weighted goodput objective and `mip_gap` the relative distance to it.
+    `slo_rps` is the SLO-compliant RPS (goodput). `bound_rps` is the solver's proven upper bound on it, given
+    only where the objective is RPS itself (max_goodput with every weight 1); `objective_value` and
+    `objective_bound` are the primary objective and its bound in `objective_unit` (weighted RPS when a
+    weight differs from 1), and `mip_gap` is the relative distance between them.
     """
 
     status: Status
@@ -246,6 +250,12 @@ class Plan(Base):
     simulation: SimulationReport | None = None
     # the share of kv_budget_gbps the plan may use (null without a fleet KV budget)
     kv_budget_headroom: Fraction | None = None
+    # the primary objective solved, in its own units: sum_w weight_w * served_w ("rps" when every weight
+    # is 1, else "weighted_rps"), min_w served_w / demand_w ("min_fraction"), or cost ("cost_per_hour";
+    # "devices" when no device has a price); objective_bound is the solver's proven bound on it
+    objective_unit: ObjectiveUnit | None = None
+    objective_value: float | None = None
+    objective_bound: float | None = None
 
 
 __all__ = [
@@ -255,6 +265,7 @@ __all__ = [
     "GreedyBaseline",
     "LinkUse",
     "Objective",
+    "ObjectiveUnit",
     "Options",
     "Plan",
     "PlanRequest",

@@ -17,6 +17,7 @@ from fleetplan.profiler.tables import ProfileTable, from_rows
 from fleetplan.solver import baselines, explain, extract
 from fleetplan.solver.backends import Termination
 from fleetplan.solver.candidates import build_candidates, check_profiles_cover
+from fleetplan.solver.formulation import pool_cost
 from fleetplan.solver.optimize import Outcome, optimize
 from fleetplan.solver.verify import verify
 
@@ -65,6 +66,7 @@ def plan(request: PlanRequest, store: ProfileStore | None = None, *, with_baseli
         base = Baselines(gpu_only=baselines.gpu_only(cand, remaining), greedy=baselines.greedy(cand))
     info = _solver_info(request, outcome)
     bound, gap = _bound_and_gap(outcome, request)
+    unit, objective_value, objective_bound = _objective(outcome, request, results)
     result = Plan(
         status=status,  # type: ignore[arg-type]
         objective=objective,
@@ -82,6 +84,9 @@ def plan(request: PlanRequest, store: ProfileStore | None = None, *, with_baseli
         profile_set=ProfileSetInfo(name=table.name, sha256=table.sha256),
         warnings=fleet_warnings(request, table),
         kv_budget_headroom=cand.link_rho.get(None),
+        objective_unit=unit,
+        objective_value=objective_value,
+        objective_bound=objective_bound,
     )
     verify(request, result, table)
     if request.verify == "simulate" and status in ("optimal", "feasible"):
@@ -159,13 +164,42 @@ def _solver_info(request: PlanRequest, outcome) -> SolverInfo:
 
 
 def _bound_and_gap(outcome, request: PlanRequest) -> tuple[float | None, float | None]:
-    """The proven bound on weighted goodput (only when goodput is the primary objective) and the primary
-    stage's relative gap."""
+    """The proven bound on goodput in RPS (only where the primary objective is unweighted goodput: under
+    weights the solver bounds sum_w weight_w * served_w, see _objective) and the primary stage's gap."""
     if outcome is None:
         return 0.0, 0.0
     value, bound = outcome.primary_value, outcome.primary_bound
     if value is None or bound is None:
         return None, None
     gap = abs(bound - value) / max(abs(value), 1e-9) if abs(bound - value) > 1e-9 else 0.0
-    primary_is_goodput = outcome.candidates.request.options.objective == "max_goodput"
-    return (bound if primary_is_goodput else None), gap
+    solved = outcome.candidates.request
+    in_rps = solved.options.objective == "max_goodput" and all(w.weight == 1 for w in solved.workloads)
+    return (bound if in_rps else None), gap
+
+
+def _objective(
+    outcome, request: PlanRequest, results: list[WorkloadResult]
+) -> tuple[str, float | None, float | None]:
+    """The primary objective solved (the max-goodput fallback of an infeasible min_cost request), in its
+    own units: its unit, the plan's value (goodput: recomputed from the served RPS) and the proven bound."""
+    solved = request if outcome is None else outcome.candidates.request
+    weights = {w.name: w.weight for w in solved.workloads}
+    objective = solved.options.objective
+    if objective == "max_goodput":
+        unit = "rps" if all(v == 1 for v in weights.values()) else "weighted_rps"
+    elif objective == "max_min_fraction":
+        unit = "min_fraction"
+    else:
+        # the cost stage counts devices when no candidate pool has a price (formulation.objective_vectors)
+        if outcome is None:
+            priced = any(d.cost_per_hour > 0 for d in solved.devices)
+        else:
+            priced = bool(pool_cost(outcome.candidates).any())
+        unit = "cost_per_hour" if priced else "devices"
+    if outcome is None:  # no candidates: nothing can be served, and that is proven
+        nothing = None if unit in ("cost_per_hour", "devices") else 0.0
+        return unit, nothing, nothing
+    value = outcome.primary_value
+    if unit in ("rps", "weighted_rps"):
+        value = round(sum(weights[r.name] * r.served_rps for r in results), 9)
+    return unit, value, outcome.primary_bound

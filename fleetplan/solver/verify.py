@@ -140,8 +140,29 @@ def verify(request: PlanRequest, plan: Plan, table=None) -> None:  # noqa: C901,
         problems.append(f"slo_rps {plan.slo_rps} != sum of served {served_total}")
     if not _close(sum(w.rate_rps for w in request.workloads), plan.demand_rps):
         problems.append("demand_rps != sum of class rates")
+    problems += _check_objective(request, plan)
     if problems:
         raise PlanVerificationError("; ".join(problems[:20]) + (f" (+{len(problems) - 20} more)" if len(problems) > 20 else ""))
+
+
+def _check_objective(request: PlanRequest, plan: Plan) -> list[str]:
+    """A goodput objective is labelled weighted when a weight differs from 1, its value is the plan's, and
+    bound_rps (RPS) is not the weighted bound."""
+    if plan.objective_unit not in ("rps", "weighted_rps"):
+        return []
+    problems = []
+    weights = {w.name: w.weight for w in request.workloads}
+    unweighted = all(v == 1 for v in weights.values())
+    if (plan.objective_unit == "rps") != unweighted:
+        distinct = sorted(set(weights.values()))
+        problems.append(f"objective_unit {plan.objective_unit!r} but the weights are {distinct}")
+    proven_zero = plan.status == "no_candidates"  # nothing can be served: 0 bounds RPS too
+    if plan.objective_unit == "weighted_rps" and plan.bound_rps is not None and not proven_zero:
+        problems.append("bound_rps given for a weighted objective: it bounds weighted RPS, not RPS")
+    value = sum(weights.get(r.name, 0.0) * r.served_rps for r in plan.workloads)
+    if plan.objective_value is not None and not _close(value, plan.objective_value):
+        problems.append(f"objective_value {plan.objective_value} != sum of weight x served = {value}")
+    return problems
 
 
 def _check_route(request: PlanRequest, w, route: Route, groups) -> list[str]:
