@@ -376,3 +376,64 @@ def test_verify_rejects_a_mislabelled_weighted_objective(change, expected):
     with pytest.raises(PlanVerificationError) as caught:
         verify(request, msgspec.structs.replace(result, **change))
     assert expected in str(caught.value)
+
+
+# --- 4. interpolation across a profile gap warns --------------------------------------------------------
+
+
+def gap_request(acc_prompts=(128, 1024), acc_count: int = 3) -> PlanRequest:
+    """gpu profiled at prompts 128, 512 and 1024; acc at `acc_prompts`; a 512-token class that needs both."""
+    rows = flat_rows({"gpu": (100.0, 10.0)}, prompts=(128, 512, 1024))
+    rows += flat_rows({"acc": (200.0, 20.0)}, prompts=acc_prompts)
+    return request_of(
+        [
+            {"name": "gpu", "count": 2, "kind": "gpu", "cost_per_hour": 2},
+            {"name": "acc", "count": acc_count, "cost_per_hour": 1},
+        ],
+        [workload("a", 30.0, prompt_tokens=512)],
+        rows,
+        allow_disaggregated=False,
+    )
+
+
+def test_a_latency_interpolated_across_a_profile_gap_is_warned_about():
+    result = checked(gap_request())
+    assert {r.colocated.device for r in result.workloads[0].routes} == {"gpu", "acc"}
+    assert result.warnings == [
+        "class 'a': TTFT and TBT of llama-3.2-1b on acc (tp 1, batch 1) at prompt 512 is interpolated between"
+        " its profiled prompts 128 and 1024, across a gap: other profiles of llama-3.2-1b have rows at [512]"
+        " in between, this one does not"
+    ]
+    out = io.StringIO()
+    render_plain(result, out)
+    assert (
+        "warning: class 'a': TTFT and TBT of llama-3.2-1b on acc (tp 1, batch 1) at prompt 512"
+        in out.getvalue()
+    )
+
+
+def test_no_gap_warning_without_a_gap_or_when_the_plan_does_not_use_it():
+    assert checked(gap_request(acc_prompts=(128, 512, 1024))).warnings == []
+    assert checked(gap_request(acc_prompts=(128, 256, 1024))).warnings != []  # 256 is no row at 512
+    unused = checked(gap_request(acc_count=0))
+    assert all(r.colocated.device == "gpu" for r in unused.workloads[0].routes)
+    assert unused.warnings == []
+
+
+def test_gap_warning_names_the_side_of_a_disaggregated_route():
+    """Prefill on pre (rows at 128 and 1024), decode on dec (128, 512, 1024): only pre's TTFT is interpolated
+    across the gap at 512."""
+    rows = flat_rows({"pre": (50.0, 100.0)}) + flat_rows({"dec": (400.0, 10.0)}, prompts=(128, 512, 1024))
+    request = request_of(
+        [{"name": "pre", "count": 4, "kind": "gpu"}, {"name": "dec", "count": 4}],
+        [workload("a", 10.0, output_tokens=10, ttft=300, prompt_tokens=512)],
+        rows,
+        allow_colocated=False,
+    )
+    result = checked(request)
+    assert [(r.prefill.device, r.decode.device) for r in result.workloads[0].routes] == [("pre", "dec")]
+    assert result.warnings == [
+        "class 'a': TTFT of llama-3.2-1b on pre (tp 1, batch 1) at prompt 512 is interpolated between its"
+        " profiled prompts 128 and 1024, across a gap: other profiles of llama-3.2-1b have rows at [512] in"
+        " between, this one does not"
+    ]

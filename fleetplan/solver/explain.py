@@ -1,9 +1,10 @@
-"""Why a class is not (fully) served, in words a capacity planner can act on."""
+"""Why a class is not (fully) served, and what a plan rests on that the profile did not measure, in words a
+capacity planner can act on."""
 
 import numpy as np
 import pandas as pd
 
-from fleetplan.models.plan import DeviceUse, LinkUse, PlanRequest
+from fleetplan.models.plan import DeviceUse, LinkUse, PlanRequest, PoolRef, WorkloadResult
 from fleetplan.solver.candidates import Candidates
 
 
@@ -92,3 +93,53 @@ def _cheapest_instance(cand: Candidates, w: int) -> float:
     uses = cand.uses[cand.uses["w"] == w]
     price = uses["device"].map(cand.devices.set_index("device")["cost_per_hour"]).to_numpy(float)
     return float(np.min(price * uses["tp"].to_numpy())) if len(uses) else 0.0
+
+
+def interpolation_warnings(request: PlanRequest, results: list[WorkloadResult], table) -> list[str]:
+    """One warning per (class, pool side) whose latency the plan uses was interpolated across a gap.
+
+    A gap: the class's prompt lies strictly between the two profiled prompt lengths of the pool's (model,
+    device, tp, batch) that bracket it, and another (device, tp, batch) of that model was profiled at a
+    prompt length strictly between those two. The straight line then spans a range where the profile
+    measured the shape of the curve elsewhere but not here (e.g. rows at 128 and 1024, none at 512, while
+    other devices have 512).
+    """
+    frame = table.frame
+    by_model = {m: np.sort(g["prompt_tokens"].unique()) for m, g in frame.groupby("model")}
+    group = ["model", "device", "tp", "batch"]
+    by_group = {k: np.sort(g["prompt_tokens"].unique()) for k, g in frame.groupby(group)}
+    workloads = {w.name: w for w in request.workloads}
+    warnings: list[str] = []
+    seen: set[tuple] = set()
+    for result in results:
+        w = workloads[result.name]
+        for route in result.routes:
+            if route.colocated is not None:
+                sides = [("TTFT and TBT", route.colocated)]
+            else:
+                sides = [("TTFT", route.prefill), ("TBT", route.decode)]
+            for metric, ref in sides:
+                key = (w.name, metric, ref.device, ref.tp, ref.batch)
+                if key in seen:
+                    continue
+                seen.add(key)
+                profiled = by_group.get((w.model, ref.device, ref.tp, ref.batch))
+                text = _gap(w, metric, ref, profiled, by_model[w.model])
+                if text is not None:
+                    warnings.append(text)
+    return warnings
+
+
+def _gap(w, metric: str, ref: PoolRef, profiled, model_prompts: np.ndarray) -> str | None:
+    prompt = w.prompt_tokens
+    if profiled is None or prompt in profiled or prompt < profiled[0] or prompt > profiled[-1]:
+        return None
+    lo, hi = int(profiled[profiled < prompt][-1]), int(profiled[profiled > prompt][0])
+    inside = [int(p) for p in model_prompts if lo < p < hi]
+    if not inside:
+        return None
+    return (
+        f"class {w.name!r}: {metric} of {w.model} on {ref.device} (tp {ref.tp}, batch {ref.batch}) at "
+        f"prompt {prompt} is interpolated between its profiled prompts {lo} and {hi}, across a gap: other "
+        f"profiles of {w.model} have rows at {inside} in between, this one does not"
+    )

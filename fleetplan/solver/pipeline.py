@@ -82,7 +82,7 @@ def plan(request: PlanRequest, store: ProfileStore | None = None, *, with_baseli
         baselines=base,
         solver=info,
         profile_set=ProfileSetInfo(name=table.name, sha256=table.sha256),
-        warnings=fleet_warnings(request, table),
+        warnings=fleet_warnings(request, table) + explain.interpolation_warnings(request, results, table),
         kv_budget_headroom=cand.link_rho.get(None),
         objective_unit=unit,
         objective_value=objective_value,
