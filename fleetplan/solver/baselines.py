@@ -206,7 +206,9 @@ def greedy_run(cand: Candidates) -> tuple[GreedyBaseline, Usage]:
     classes = cand.classes
     free = {d.name: float(d.count) for d in request.devices}
     rho = cand.link_rho  # bandwidth budgets carry the same headroom as in the MILP
-    links = {(link.source, link.target): rho[(link.source, link.target)] * link.gbps for link in request.links}
+    links = {
+        (link.source, link.target): rho[(link.source, link.target)] * link.gbps for link in request.links
+    }
     kv_budget = math.inf if request.kv_budget_gbps is None else rho[None] * request.kv_budget_gbps
     budget = math.inf if request.options.budget_per_hour is None else request.options.budget_per_hour
     price = {d.name: d.cost_per_hour for d in request.devices}
