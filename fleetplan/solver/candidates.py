@@ -10,6 +10,7 @@ bandwidth *tiers*, and each prefill use gets a *level*: the last tier (in order 
 reach. The reachable sets are nested, which is what lets the solver replace z[w, P, D] by a short chain.
 """
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -18,15 +19,18 @@ import pandas as pd
 from fleetplan.models.errors import ProfileMissing
 from fleetplan.models.plan import PlanRequest
 from fleetplan.models.profile import PERCENTILES
-from fleetplan.profiler.tables import ProfileTable
+from fleetplan.profiler.tables import ProfileTable, latency_at_prompt
 from fleetplan.solver import capacity
 
 ROLES = ("prefill", "decode", "colocated")
 ANY_DEVICE = "*"
-FLAT_DEFAULT = (
-    0.5  # flat headroom when max_utilization is not given (the v1 default, from the headroom sweep)
-)
+FLAT_DEFAULT = 0.5  # flat headroom when max_utilization is not given (the v1 default, headroom sweep)
 _GROUP = ["model", "device", "tp", "batch"]
+
+
+def flat_headroom(options) -> float:
+    """The flat model's one headroom: max_utilization, or FLAT_DEFAULT when it is not given."""
+    return options.max_utilization if options.max_utilization is not None else FLAT_DEFAULT
 
 
 @dataclass(frozen=True)
@@ -114,8 +118,6 @@ def interpolate_latency(classes: pd.DataFrame, table: ProfileTable) -> pd.DataFr
     linear in prompt_tokens between the two profiled rows bracketing the prompt; NaN outside the profiled
     range (never extrapolated) and NaN where the percentile is missing at one of the bracketing rows.
     """
-    from fleetplan.profiler.tables import latency_at_prompt
-
     queries = classes.reset_index(names="w")[["w", "model", "prompt_tokens", "percentile"]]
     points = latency_at_prompt(table.frame, queries)
     which = np.searchsorted(PERCENTILES, points["percentile"].to_numpy())
@@ -389,7 +391,7 @@ def headroom_levels(
     """
     options = request.options
     if options.capacity_model == "flat":
-        rho = options.max_utilization if options.max_utilization is not None else FLAT_DEFAULT
+        rho = flat_headroom(options)
         return uses.assign(rho=rho, nic_rho=1.0, kv_slack_ms=0.0)  # v1: NIC rows are not derated
     curves = percentile_curves(uses, classes, table)
     t = capacity.with_kv_reserve(use_table(uses, classes), curves)
@@ -423,7 +425,7 @@ def link_headroom(uses: pd.DataFrame, request: PlanRequest) -> tuple[pd.DataFram
     if request.kv_budget_gbps is not None:
         budgets[None] = request.kv_budget_gbps
     if options.capacity_model == "flat":
-        rho = options.max_utilization if options.max_utilization is not None else FLAT_DEFAULT
+        rho = flat_headroom(options)
         return uses, dict.fromkeys(budgets, rho)
     out, dropped = {}, np.zeros(len(uses), dtype=bool)
     prefill = (uses["role"] == "prefill").to_numpy()
@@ -449,17 +451,11 @@ def predicted_latency(
     cand: Candidates, uses: pd.DataFrame, rate: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
     """(TTFT, TBT) at the SLO percentile of `uses` when one instance takes `rate` requests/s of each
-    (capacity.predict: the same queueing model that set the admissible loads, also under "flat")."""
+    (capacity.predict: the same queueing model that set the admissible loads)."""
     if uses.empty or cand.table is None:
         return np.full(len(uses), np.nan), np.full(len(uses), np.nan)
     uses = uses.reset_index(drop=True)
-    t = use_table(uses, cand.classes)
-    t = capacity.UseTable(
-        **{
-            **{f: getattr(t, f) for f in t.__dataclass_fields__},
-            "kv_slack_ms": uses["kv_slack_ms"].to_numpy(float),
-        }
-    )
+    t = dataclasses.replace(use_table(uses, cand.classes), kv_slack_ms=uses["kv_slack_ms"].to_numpy(float))
     return capacity.predict(t, percentile_curves(uses, cand.classes, cand.table), rate)
 
 

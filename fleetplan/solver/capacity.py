@@ -30,12 +30,13 @@ One instance is one queue here (join-shortest-queue across a pool only helps), s
 conservative for pools of several instances.
 """
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
 from scipy.special import ndtr
 
-from fleetplan.profiler.latency import quantile_ms
+from fleetplan.profiler.latency import quantile_ms, quantile_params_array
 
 KV_SHARE = 0.25  # of the TTFT slack, reserved for the mean waits of the KV transfer queues
 KV_SERVERS = 3  # source NIC, destination NIC, link: each gets an equal part of the KV reserve
@@ -80,8 +81,6 @@ class Curves:
 
 def service_grid(percentiles: np.ndarray) -> np.ndarray:
     """(n, G) service times in ms at the grid quantiles, from (n, 3) p50/p90/p99 (missing p50: the others)."""
-    from fleetplan.profiler.latency import quantile_params_array
-
     p50, p90, p99 = percentiles[:, 0], percentiles[:, 1], percentiles[:, 2]
     p50 = np.where(np.isfinite(p50), p50, np.where(np.isfinite(p90), p90, p99))
     return quantile_ms(quantile_params_array(p50, p90, p99)[:, None, :], _Z[None, :])
@@ -226,7 +225,7 @@ def with_kv_reserve(t: UseTable, curves: Curves) -> UseTable:
     decode = (t.role == "decode") & (t.t_kv > 0)
     slack = np.where(prefill, slack, np.where(decode, by_class[t.w], 0.0))
     slack = np.where(np.isfinite(slack), slack, 0.0)
-    return UseTable(**{**{f: getattr(t, f) for f in t.__dataclass_fields__}, "kv_slack_ms": slack})
+    return dataclasses.replace(t, kv_slack_ms=slack)
 
 
 def rates(t: UseTable, curves: Curves) -> np.ndarray:
