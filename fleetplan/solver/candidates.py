@@ -364,6 +364,7 @@ def use_table(uses: pd.DataFrame, classes: pd.DataFrame) -> capacity.UseTable:
         min_bw=min_bw,
         kv_slack_ms=np.zeros(len(uses)),
         share=_share(uses, c),
+        kv_share=_kv_share(uses, t_kv),
     )
 
 
@@ -377,6 +378,14 @@ def _share(uses: pd.DataFrame, c: pd.DataFrame) -> np.ndarray:
     shape = ["owner", "role", "device", "tp", "batch"]
     longest = uses[shape].assign(own=own).groupby(shape)["own"].transform("max").to_numpy()
     return np.maximum(longest / np.maximum(own, 1e-9), 1.0)
+
+
+def _kv_share(uses: pd.DataFrame, t_kv: np.ndarray) -> np.ndarray:
+    """Per use whose KV moves: the longest transfer among the classes that may share its pool shape (and so
+    its NIC, a FIFO server), over its own. A short prompt's transfer waits behind a long one's."""
+    shape = ["owner", "role", "device", "tp", "batch"]
+    longest = uses[shape].assign(t=t_kv).groupby(shape)["t"].transform("max").to_numpy()
+    return np.where(t_kv > 0, np.maximum(longest / np.maximum(t_kv, 1e-9), 1.0), 1.0)
 
 
 def headroom_levels(
@@ -435,13 +444,15 @@ def link_headroom(uses: pd.DataFrame, request: PlanRequest) -> tuple[pd.DataFram
             crossing = prefill & (source != target) & (target != ANY_DEVICE)
         else:
             crossing = prefill & (source == key[0]) & (target == key[1])
-        caps = capacity.md1_cap(
-            1e3 * uses["kv_gbit"].to_numpy(float)[crossing] / max(gbps, 1e-9),
-            uses["kv_slack_ms"].to_numpy(float)[crossing] / capacity.KV_SERVERS,
-        )
-        if options.max_utilization is not None:
-            caps = np.minimum(caps, options.max_utilization)
-        kept = caps >= LINK_FLOOR
+        # a FIFO link: every sender's wait is set by the longest transfer that may cross it
+        hold = 1e3 * uses["kv_gbit"].to_numpy(float)[crossing] / max(gbps, 1e-9)
+        allowance = uses["kv_slack_ms"].to_numpy(float)[crossing] / capacity.KV_SERVERS
+        kept = np.ones(len(hold), dtype=bool)
+        for _ in range(2):  # once more without the senders the longest transfer pushed out
+            caps = capacity.md1_cap(np.full(len(hold), hold[kept].max(initial=0.0)), allowance)
+            if options.max_utilization is not None:
+                caps = np.minimum(caps, options.max_utilization)
+            kept = kept & (caps >= LINK_FLOOR)
         dropped[np.flatnonzero(crossing)[~kept]] = True
         out[key] = float(caps[kept].min()) if kept.any() and gbps > 0 else 1.0
     return uses[~dropped].reset_index(drop=True), out

@@ -202,6 +202,8 @@ class UseTable:
     # >= 1: how much longer than this class's own the service or slot holding time of the longest class
     # that may share its pool is; a FIFO wait is the residual of whoever is ahead, so waits scale by it
     share: np.ndarray
+    # >= 1: the longest KV transfer that may hold the same NICs (classes sharing its pool shape), over its own
+    kv_share: np.ndarray
 
 
 def with_kv_reserve(t: UseTable, curves: Curves) -> UseTable:
@@ -219,7 +221,7 @@ def with_kv_reserve(t: UseTable, curves: Curves) -> UseTable:
     prefill = (t.role == "prefill") & (t.t_kv > 0)
     slack = np.where(prefill, KV_SHARE * np.maximum(t.ttft_slo - single - t.t_kv, 0.0), np.inf)
     # prefill uses whose NICs could run only below NIC_FLOOR are dropped (nic_caps): they do not count
-    kept = prefill & (md1_cap(t.t_kv, slack / KV_SERVERS) >= NIC_FLOOR)
+    kept = prefill & (md1_cap(t.t_kv * t.kv_share, slack / KV_SERVERS) >= NIC_FLOOR)
     by_class = np.full(int(t.w.max(initial=0)) + 1, np.inf)
     np.minimum.at(by_class, t.w[kept], slack[kept])
     decode = (t.role == "decode") & (t.t_kv > 0)
@@ -290,11 +292,13 @@ def md1_cap(service_ms: np.ndarray, allowance_ms: np.ndarray) -> np.ndarray:
 
 def kv_wait(t: UseTable) -> tuple[np.ndarray, np.ndarray]:
     """(probability, conditional mean ms) of the KV queueing wait of a use, its two NICs at their caps:
-    each an M/D/1 server of service t_kv at utilization u (waits with probability u, mean residual D / 2
-    over 1 - u); the two are merged into one zero-or-exponential wait with the same mean."""
-    u = np.where(t.t_kv > 0, md1_cap(t.t_kv, t.kv_slack_ms / KV_SERVERS), 0.0)
+    each a FIFO server at utilization u whose longest transfer is D = t_kv x kv_share (waits with
+    probability u, mean residual at most D / 2 over 1 - u); the two are merged into one zero-or-exponential
+    wait with the same mean."""
+    longest = t.t_kv * t.kv_share
+    u = np.where(t.t_kv > 0, md1_cap(longest, t.kv_slack_ms / KV_SERVERS), 0.0)
     prob = 1.0 - (1.0 - u) ** 2
-    mean_total = 2.0 * u * (t.t_kv / 2.0) / np.maximum(1.0 - u, 1e-9)
+    mean_total = 2.0 * u * (longest / 2.0) / np.maximum(1.0 - u, 1e-9)
     return prob, np.where(prob > 0, mean_total / np.maximum(prob, 1e-12), 0.0)
 
 
@@ -304,7 +308,7 @@ def nic_caps(t: UseTable) -> tuple[np.ndarray, np.ndarray]:
     The cap is the M/D/1 utilization at which the mean wait stays within the NIC's share of the KV
     reserve, scaled by min_bw / own_bw because a transfer holds the NIC for kv / min(both ends). A use
     whose NICs could only run below NIC_FLOOR of their time would throttle its pool: it is not usable."""
-    cap = np.where(t.t_kv > 0, md1_cap(t.t_kv, t.kv_slack_ms / KV_SERVERS), 1.0)
+    cap = np.where(t.t_kv > 0, md1_cap(t.t_kv * t.kv_share, t.kv_slack_ms / KV_SERVERS), 1.0)
     with np.errstate(invalid="ignore", divide="ignore"):
         ratio = np.where(np.isfinite(t.own_bw) & np.isfinite(t.min_bw), t.min_bw / t.own_bw, 1.0)
     return cap * np.clip(ratio, 0.0, 1.0), cap >= NIC_FLOOR
