@@ -10,7 +10,11 @@ counts, classes, rates, SLO scales, p90/p99 mixes, weights and link budgets; fix
 2. plan with the flat model at uniform rho = 0.95, 0.90, ..., 0.30 and simulate each plan (a seed that
    breaks a promise stops that rho): the best safe uniform plan is the first rho, from the top, whose plan
    keeps every promise on every seed.
-Prints a table and writes bench/results/fidelity-<UTC timestamp>.json and fidelity-latest.json.
+Both plans maximize the same objective, sum_w weight_w x served_w (SLO RPS when every weight is 1), so the
+ratio is taken on that objective; the table shows the unweighted SLO RPS beside it.
+Prints a table and writes bench/results/fidelity-<UTC timestamp>.json and fidelity-latest.json. Each request's
+row is appended to bench/results/fidelity-partial.jsonl as it finishes; `--resume` skips the requests found
+there (a full run takes hours on 2 cores).
 """
 
 import argparse
@@ -151,10 +155,15 @@ def best_uniform(request: PlanRequest, seeds: list[int], duration: float) -> dic
         at_rho = msgspec.structs.replace(request, options=options)
         result = plan(at_rho, with_baselines=False)
         ok, _ = judge(at_rho, result, seeds, duration, stop_early=True)
-        tried.append({"rho": rho, "slo_rps": result.slo_rps, "safe": ok})
+        tried.append({"rho": rho, "slo_rps": result.slo_rps, "objective": objective(result), "safe": ok})
         if ok:
-            return {"rho": rho, "slo_rps": result.slo_rps, "tried": tried}
-    return {"rho": None, "slo_rps": 0.0, "tried": tried}
+            return {"rho": rho, "slo_rps": result.slo_rps, "objective": objective(result), "tried": tried}
+    return {"rho": None, "slo_rps": 0.0, "objective": 0.0, "tried": tried}
+
+
+def objective(result) -> float:
+    """What the plan maximizes: weighted SLO RPS (the SLO RPS itself when every weight is 1)."""
+    return result.objective_value if result.objective_value is not None else result.slo_rps
 
 
 def evaluate(job: tuple[str, PlanRequest, list[int], float]) -> dict:
@@ -167,6 +176,7 @@ def evaluate(job: tuple[str, PlanRequest, list[int], float]) -> dict:
         "request": name,
         "status": result.status,
         "slo_rps": result.slo_rps,
+        "objective": objective(result),
         "demand_rps": result.demand_rps,
         "safe": ok,
         "simulated_goodput_rps": simulated,
@@ -181,7 +191,7 @@ def evaluate(job: tuple[str, PlanRequest, list[int], float]) -> dict:
 
 def summary(rows: list[dict]) -> dict:
     classes = [c for r in rows for c in r["classes"]]
-    ratios = [r["slo_rps"] / r["uniform"]["slo_rps"] for r in rows if r["uniform"]["slo_rps"] > 0]
+    ratios = [r["objective"] / r["uniform"]["objective"] for r in rows if r["uniform"]["objective"] > 0]
     goodput = [r["simulated_goodput_rps"] / r["slo_rps"] - 1 for r in rows if r["slo_rps"] > 0]
     return {
         "requests": len(rows),
@@ -189,7 +199,8 @@ def summary(rows: list[dict]) -> dict:
         "served_classes": len(classes),
         "classes_keeping_promise": sum(c["slo_met"] for c in classes),
         "requests_at_least_uniform": sum(
-            r["slo_rps"] >= r["uniform"]["slo_rps"] * (1 - 1e-6) or not r["uniform"]["slo_rps"] for r in rows
+            r["objective"] >= r["uniform"]["objective"] * (1 - 1e-6) or not r["uniform"]["objective"]
+            for r in rows
         ),
         "geomean_ratio_vs_uniform": math.exp(statistics.mean(math.log(x) for x in ratios))
         if ratios
@@ -205,31 +216,64 @@ def render(rows: list[dict], total: dict) -> str:
     body = []
     for r in rows:
         u = r["uniform"]
-        ratio = r["slo_rps"] / u["slo_rps"] if u["slo_rps"] else math.nan
+        ratio = r["objective"] / u["objective"] if u["objective"] else math.nan
         broken = [c["class"] for c in r["classes"] if not c["slo_met"]]
         body.append(
             [
                 r["request"],
                 f"{r['slo_rps']:.2f}",
+                f"{r['objective']:.2f}",
                 f"{r['simulated_goodput_rps']:.2f}",
                 "yes" if r["safe"] else "NO: " + ",".join(broken),
                 "-" if u["rho"] is None else f"{u['rho']:.2f}",
                 f"{u['slo_rps']:.2f}",
+                f"{u['objective']:.2f}",
                 f"{ratio:.3f}",
             ]
         )
-    headers = ["request", "SLO RPS", "sim goodput", "promise kept", "best safe rho", "its SLO RPS", "ratio"]
-    lines.append(table(headers, body, right={1, 2, 5, 6}))
+    headers = [
+        "request",
+        "SLO RPS",
+        "objective",
+        "sim goodput",
+        "promise kept",
+        "best safe rho",
+        "its SLO RPS",
+        "its objective",
+        "ratio",
+    ]
+    lines.append(table(headers, body, right={1, 2, 3, 6, 7, 8}))
     lines.append("")
     lines.append(
         f"promise kept: {total['classes_keeping_promise']}/{total['served_classes']} served classes, "
-        f"{total['requests_safe']}/{total['requests']} requests; SLO RPS >= best safe uniform on "
+        f"{total['requests_safe']}/{total['requests']} requests; objective >= best safe uniform on "
         f"{total['requests_at_least_uniform']}/{total['requests']}; geomean ratio "
         f"{total['geomean_ratio_vs_uniform']:.3f} (min {total['min_ratio_vs_uniform']:.3f}); "
         f"simulated goodput vs planned: mean {total['goodput_sim_vs_plan_mean']:+.2%}, "
         f"worst {total['goodput_sim_vs_plan_worst']:+.2%}"
     )
     return "\n".join(lines)
+
+
+PARTIAL = RESULTS / "fidelity-partial.jsonl"
+
+
+def finished_rows(run_key: dict) -> dict[str, dict]:
+    """Rows already in PARTIAL from a run of the same commit, seeds and duration, by request name."""
+    if not PARTIAL.exists():
+        return {}
+    out = {}
+    for line in PARTIAL.read_text().splitlines():
+        entry = json.loads(line)
+        if entry["run"] == run_key:
+            out[entry["row"]["request"]] = entry["row"]
+    return out
+
+
+def append_partial(run_key: dict, row: dict) -> None:
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    with PARTIAL.open("a") as out:
+        out.write(json.dumps({"run": run_key, "row": row}, default=str) + "\n")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -239,25 +283,32 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--only", nargs="*", help="request names to run (e.g. paper gen-03)")
+    parser.add_argument("--resume", action="store_true", help="reuse rows of this commit and settings")
     args = parser.parse_args(argv)
     began = time.perf_counter()
+    git = git_info()
+    run_key = {"commit": git.get("commit"), "seeds": args.seeds, "duration": args.duration}
+    done = finished_rows(run_key) if args.resume else {}
     jobs = [
         (n, r, args.seeds, args.duration)
         for n, r in requests(args.generated)
-        if not args.only or n in args.only
+        if (not args.only or n in args.only) and n not in done
     ]
+    rows = [row for name, row in done.items() if not args.only or name in args.only]
     with ProcessPoolExecutor(max_workers=args.workers) as pool:
-        rows = []
         for row in pool.map(evaluate, jobs):
             rows.append(row)
+            append_partial(run_key, row)
             print(
                 f"{row['request']}: {row['slo_rps']:.2f} SLO RPS, safe={row['safe']}, uniform rho "
                 f"{row['uniform']['rho']} -> {row['uniform']['slo_rps']:.2f} ({row['wall_s']} s)",
                 flush=True,
             )
+    order = {name: k for k, (name, _) in enumerate(requests(args.generated))}
+    rows.sort(key=lambda row: order.get(row["request"], len(order)))
     total = summary(rows)
     text = render(rows, total)
-    machine, git = machine_info(), git_info()
+    machine = machine_info()
     print(machine_line(machine))
     print(git_line(git))
     print(text)
