@@ -6,11 +6,12 @@ latencies themselves are re-derived from the profile table. Used by the tests an
 """
 
 from collections import defaultdict
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from fleetplan.models.errors import PlanVerificationError
-from fleetplan.models.plan import Plan, PlanRequest, PoolRef, Route
+from fleetplan.models.plan import Plan, PlanRequest, Pool, PoolRef, Route
 
 REL = 1e-6
 
@@ -34,27 +35,68 @@ def _interpolated(groups, model: str, ref: PoolRef, prompt: int, column: str) ->
     return float(np.interp(prompt, xs, ys))
 
 
-def verify(request: PlanRequest, plan: Plan, table=None) -> None:  # noqa: C901, PLR0912, PLR0915
+def verify(request: PlanRequest, plan: Plan, table=None) -> None:
     """Raise PlanVerificationError naming every violated constraint; return None when the plan holds."""
+    flows = _Flows()
+    problems = _check_classes(request, plan, _profile_groups(table), flows)
+    problems += _check_pools(request, plan, flows)
+    used = _devices_used(plan)
+    problems += _check_devices(request, plan, used)
+    problems += _check_links(request, plan, flows.link_traffic)
+    problems += _check_totals(request, plan, used, flows.served_total)
+    problems += _check_objective(request, plan)
+    if problems:
+        more = f" (+{len(problems) - 20} more)" if len(problems) > 20 else ""
+        raise PlanVerificationError("; ".join(problems[:20]) + more)
+
+
+def _profile_groups(table) -> dict | None:
+    """The profile rows per (model, device, tp, batch), sorted by prompt; None without a table."""
+    if table is None:
+        return None
+    frame = table.frame.sort_values("prompt_tokens", kind="stable")
+    return dict(tuple(frame.groupby(["model", "device", "tp", "batch"], sort=False)))
+
+
+def _pool_key(owner: str, role: str, ref: PoolRef | Pool) -> tuple:
+    """A pool as the constraints see it: (owning model or class, role, device, tp, batch, group)."""
+    return (owner, role, ref.device, ref.tp, ref.batch, ref.group)
+
+
+@dataclass
+class _Flows:
+    """What the routes put on the pools, their NICs and the links, recomputed from the route latencies."""
+
+    pool_load: dict[tuple, float] = field(default_factory=lambda: defaultdict(float))  # instance-loads
+    pool_traffic: dict[tuple, float] = field(default_factory=lambda: defaultdict(float))  # KV Gbit/s
+    link_traffic: dict[tuple[str, str], float] = field(default_factory=lambda: defaultdict(float))
+    served_total: float = 0.0
+
+    def add_route(self, owner: str, output_tokens: int, route: Route, kv_gbit: float) -> None:
+        """A route's load on its pools (rps / per-instance rate) and its KV traffic (rps * 8 S_w / 1e9)."""
+        o = output_tokens
+        if route.colocated is not None:
+            ref = route.colocated
+            rate = ref.batch / ((route.prefill_ms + (o - 1) * route.step_ms) / 1e3)
+            self.pool_load[_pool_key(owner, "colocated", ref)] += route.rps / rate
+            return
+        p, d = route.prefill, route.decode
+        assert p is not None
+        assert d is not None
+        prefill, decode = _pool_key(owner, "prefill", p), _pool_key(owner, "decode", d)
+        self.pool_load[prefill] += route.rps / (p.batch / (route.prefill_ms / 1e3))
+        self.pool_load[decode] += route.rps / (d.batch / (o * route.step_ms / 1e3))
+        self.pool_traffic[prefill] += route.rps * kv_gbit
+        self.pool_traffic[decode] += route.rps * kv_gbit
+        self.link_traffic[(p.device, d.device)] += route.rps * kv_gbit
+
+
+def _check_classes(request: PlanRequest, plan: Plan, groups, flows: _Flows) -> list[str]:
+    """Every class listed once, served + unserved = demand, and every route; adds the routes to `flows`."""
     problems: list[str] = []
-    cap = request.options.max_utilization  # under "queueing" an upper bound on every headroom
-    devices = {d.name: d for d in request.devices}
     specs = request.model_specs()
     workloads = {w.name: w for w in request.workloads}
     by_class = request.options.pooling == "class"
-    groups = None
-    if table is not None:
-        frame = table.frame.sort_values("prompt_tokens", kind="stable")
-        groups = dict(tuple(frame.groupby(["model", "device", "tp", "batch"], sort=False)))
-
-    def kv_gbit(name: str) -> float:
-        w = workloads[name]
-        return specs[w.model].kv_gbit(w.prompt_tokens)
-
-    pool_load: dict[tuple, float] = defaultdict(float)
-    pool_traffic: dict[tuple, float] = defaultdict(float)
-    link_traffic: dict[tuple[str, str], float] = defaultdict(float)
-    served_total = 0.0
     if sorted(r.name for r in plan.workloads) != sorted(workloads):
         problems.append("plan.workloads does not list every request class exactly once")
     for result in plan.workloads:
@@ -62,7 +104,7 @@ def verify(request: PlanRequest, plan: Plan, table=None) -> None:  # noqa: C901,
         if w is None:
             continue
         served = sum(route.rps for route in result.routes)
-        served_total += result.served_rps
+        flows.served_total += result.served_rps
         if not _close(served, result.served_rps):
             problems.append(f"{w.name}: routes carry {served} RPS, served_rps says {result.served_rps}")
         if not _at_most(result.served_rps, w.rate_rps):
@@ -70,67 +112,91 @@ def verify(request: PlanRequest, plan: Plan, table=None) -> None:  # noqa: C901,
         if not _close(result.served_rps + result.unserved_rps, w.rate_rps):
             problems.append(f"{w.name}: served + unserved != demand {w.rate_rps}")
         owner = w.name if by_class else w.model
+        kv = specs[w.model].kv_gbit(w.prompt_tokens)
         for route in result.routes:
             problems += _check_route(request, w, route, groups)
-            kv = kv_gbit(w.name)
-            o = w.output_tokens
-            if route.colocated is not None:
-                ref = route.colocated
-                rate = ref.batch / ((route.prefill_ms + (o - 1) * route.step_ms) / 1e3)
-                pool_load[(owner, "colocated", ref.device, ref.tp, ref.batch, ref.group)] += route.rps / rate
-                continue
-            p, d = route.prefill, route.decode
-            assert p is not None and d is not None
-            pool_load[(owner, "prefill", p.device, p.tp, p.batch, p.group)] += route.rps / (p.batch / (route.prefill_ms / 1e3))
-            pool_load[(owner, "decode", d.device, d.tp, d.batch, d.group)] += route.rps / (d.batch / (o * route.step_ms / 1e3))
-            pool_traffic[(owner, "prefill", p.device, p.tp, p.batch, p.group)] += route.rps * kv
-            pool_traffic[(owner, "decode", d.device, d.tp, d.batch, d.group)] += route.rps * kv
-            link_traffic[(p.device, d.device)] += route.rps * kv
-            if not _close(route.kv_gbps, route.rps * kv):
-                problems.append(f"{w.name}: route kv_gbps {route.kv_gbps} != rps * 8 S_w / 1e9 = {route.rps * kv}")
+            flows.add_route(owner, w.output_tokens, route, kv)
+            if route.colocated is None and not _close(route.kv_gbps, route.rps * kv):
+                problems.append(
+                    f"{w.name}: route kv_gbps {route.kv_gbps} != rps * 8 S_w / 1e9 = {route.rps * kv}"
+                )
+    return problems
 
+
+def _check_pools(request: PlanRequest, plan: Plan, flows: _Flows) -> list[str]:
+    """Each pool listed once within max_utilization, and its instances carry its load and its NIC traffic."""
+    problems: list[str] = []
+    cap = request.options.max_utilization  # under "queueing" an upper bound on every headroom
+    devices = {d.name: d for d in request.devices}
+    by_class = request.options.pooling == "class"
     instances: dict[tuple, int] = {}
     headroom: dict[tuple, float] = {}
     for pool in plan.pools:
-        key = (pool.workload if by_class else pool.model, pool.role, pool.device, pool.tp, pool.batch, pool.group)
+        key = _pool_key(pool.workload if by_class else pool.model, pool.role, pool)
         if key in instances:
             problems.append(f"pool {key} listed twice")
         instances[key], headroom[key] = pool.instances, pool.headroom
         if cap is not None and not _at_most(pool.headroom, cap):
             problems.append(f"pool {key}: headroom {pool.headroom} > max_utilization {cap}")
-    for key, load in pool_load.items():
+    for key, load in flows.pool_load.items():
         n, rho = instances.get(key, 0), headroom.get(key, 0.0)
         if not _at_most(load, rho * n):
             problems.append(f"capacity: pool {key} needs {load:.6f} instance-loads > {rho} * {n} instances")
-    for key, traffic in pool_traffic.items():
+    for key, traffic in flows.pool_traffic.items():
         nic = devices[key[2]].network_gbps
         if nic is not None and not _at_most(traffic, instances.get(key, 0) * key[3] * nic):
             problems.append(f"nic: pool {key} moves {traffic:.6f} Gbit/s > instances * tp * {nic}")
-    for key in pool_load:
+    for key in flows.pool_load:
         if instances.get(key, 0) < 1:
             problems.append(f"routes: a class is served through pool {key}, which has no instance")
+    return problems
 
+
+def _devices_used(plan: Plan) -> dict[str, int]:
+    """Devices of each type the pools take: tp * instances."""
     used: dict[str, int] = defaultdict(int)
     for pool in plan.pools:
         used[pool.device] += pool.tp * pool.instances
-    cost = sum(devices[name].cost_per_hour * n for name, n in used.items())
+    return used
+
+
+def _check_devices(request: PlanRequest, plan: Plan, used: dict[str, int]) -> list[str]:
+    """The pools fit the device counts, and plan.devices reports what they use."""
+    problems: list[str] = []
+    devices = {d.name: d for d in request.devices}
     for name, n in used.items():
         if n > devices[name].count:
             problems.append(f"devices: {name} uses {n} > {devices[name].count}")
     for use in plan.devices:
         if use.used != used.get(use.name, 0) or use.available != devices[use.name].count:
-            problems.append(f"devices: {use.name} reported {use.used}/{use.available}, pools give {used.get(use.name, 0)}")
+            problems.append(
+                f"devices: {use.name} reported {use.used}/{use.available}, pools give {used.get(use.name, 0)}"
+            )
+    return problems
+
+
+def _check_links(request: PlanRequest, plan: Plan, link_traffic: dict[tuple[str, str], float]) -> list[str]:
+    """KV traffic within each link's and the fleet-wide KV budget's planned headroom."""
+    problems: list[str] = []
     shares = {(link.source, link.target): link.headroom for link in plan.links}
     for link in request.links:
         share = shares.get((link.source, link.target)) or 0.0
-        if not _at_most(link_traffic.get((link.source, link.target), 0.0), share * link.gbps):
-            used = link_traffic[(link.source, link.target)]
-            problems.append(f"link {link.source}->{link.target}: {used} > {share} * {link.gbps}")
+        traffic = link_traffic.get((link.source, link.target), 0.0)
+        if not _at_most(traffic, share * link.gbps):
+            problems.append(f"link {link.source}->{link.target}: {traffic} > {share} * {link.gbps}")
     if request.kv_budget_gbps is not None:
         cross = sum(v for (s, t), v in link_traffic.items() if s != t)
         share = plan.kv_budget_headroom or 0.0
         if not _at_most(cross, share * request.kv_budget_gbps):
             problems.append(f"kv_budget_gbps: {cross} > {share} * {request.kv_budget_gbps}")
+    return problems
+
+
+def _check_totals(request: PlanRequest, plan: Plan, used: dict[str, int], served_total: float) -> list[str]:
+    """The cost within budget_per_hour, and cost_per_hour, slo_rps and demand_rps adding up."""
+    problems: list[str] = []
+    devices = {d.name: d for d in request.devices}
+    cost = sum(devices[name].cost_per_hour * n for name, n in used.items())
     budget = request.options.budget_per_hour
     if budget is not None and not _at_most(cost, budget):
         problems.append(f"budget_per_hour: cost {cost} > {budget}")
@@ -140,9 +206,7 @@ def verify(request: PlanRequest, plan: Plan, table=None) -> None:  # noqa: C901,
         problems.append(f"slo_rps {plan.slo_rps} != sum of served {served_total}")
     if not _close(sum(w.rate_rps for w in request.workloads), plan.demand_rps):
         problems.append("demand_rps != sum of class rates")
-    problems += _check_objective(request, plan)
-    if problems:
-        raise PlanVerificationError("; ".join(problems[:20]) + (f" (+{len(problems) - 20} more)" if len(problems) > 20 else ""))
+    return problems
 
 
 def _check_objective(request: PlanRequest, plan: Plan) -> list[str]:
@@ -196,5 +260,8 @@ def _check_route(request: PlanRequest, w, route: Route, groups) -> list[str]:
         ttft = _interpolated(groups, w.model, prefill_ref, w.prompt_tokens, f"ttft_ms_p{q}")
         tbt = _interpolated(groups, w.model, decode_ref, w.prompt_tokens, f"tbt_ms_p{q}")
         if not (_close(ttft, route.prefill_ms) and _close(tbt, route.step_ms)):
-            problems.append(f"{w.name}: route latencies ({route.prefill_ms}, {route.step_ms}) differ from the profile ({ttft}, {tbt})")
+            problems.append(
+                f"{w.name}: route latencies ({route.prefill_ms}, {route.step_ms}) "
+                f"differ from the profile ({ttft}, {tbt})"
+            )
     return problems
