@@ -312,101 +312,132 @@ class FlowLp:
     row_names: list[str]
 
 
+@dataclass
+class _UbRows:
+    """The rows of A_ub v <= b_fixed + B_x x as they are built: one coefficient vector over the LP columns,
+    a fixed right-hand side, an x coefficient per pool and a name per row."""
+
+    col: dict[tuple, int]  # LP column -> index
+    pools: list[OraclePool]
+    a: list[np.ndarray] = field(default_factory=list)
+    fixed: list[float] = field(default_factory=list)
+    x: list[np.ndarray] = field(default_factory=list)
+    names: list[str] = field(default_factory=list)
+
+    def zeros(self) -> np.ndarray:
+        return np.zeros(len(self.col))
+
+    def add(
+        self, row: np.ndarray, fixed: float, name: str, x_pool: OraclePool | None = None, x_coef: float = 0.0
+    ) -> None:
+        """Add `row . v <= fixed + x_coef * x[x_pool]` (no x term without x_pool)."""
+        x_row = np.zeros(len(self.pools))
+        if x_pool is not None:
+            x_row[self.pools.index(x_pool)] = x_coef
+        self.a.append(row)
+        self.fixed.append(fixed)
+        self.x.append(x_row)
+        self.names.append(name)
+
+
+def _add_capacity_rows(ub: _UbRows, cand: Candidates, rho: float) -> None:
+    """1. Capacity: sum_w y[w,pool] / r[w,pool] <= rho x[pool]."""
+    for pool in cand.pools:
+        row = ub.zeros()
+        for (w, other), r in cand.rate.items():
+            if other == pool:
+                row[ub.col[("y", w, pool)]] = 1.0 / r
+        ub.add(row, 0.0, f"capacity {pool}", pool, rho)
+
+
+def _add_demand_rows(ub: _UbRows, request: PlanRequest, cand: Candidates) -> dict[str, np.ndarray]:
+    """3. Demand: served[w] <= lambda_w, served = colocated y + prefill y. Returns each class's served[w]."""
+    served: dict[str, np.ndarray] = {}
+    for w in request.workloads:
+        row = ub.zeros()
+        for cw, pool in cand.rate:
+            if cw == w.name and pool.role in ("colocated", "prefill"):
+                row[ub.col[("y", cw, pool)]] = 1.0
+        served[w.name] = row
+        ub.add(row.copy(), w.rate_rps, f"demand {w.name}")
+    return served
+
+
+def _add_nic_rows(ub: _UbRows, request: PlanRequest, cand: Candidates, gbit: dict[str, float]) -> None:
+    """5. NIC: KV traffic out of each prefill pool and into each decode pool <= x t NIC_k."""
+    devices = {d.name: d for d in request.devices}
+    for pool in cand.pools:
+        nic = devices[pool.device].network_gbps
+        if nic is None or pool.role == "colocated":
+            continue
+        row = ub.zeros()
+        for w, p, d in cand.triples:
+            if (pool.role == "prefill" and p == pool) or (pool.role == "decode" and d == pool):
+                row[ub.col[("z", w, p, d)]] += gbit[w]
+        ub.add(row, 0.0, f"nic {pool}", pool, pool.tp * nic)
+
+
+def _add_link_rows(
+    ub: _UbRows, request: PlanRequest, cand: Candidates, gbit: dict[str, float], rho: float
+) -> None:
+    """6. Links and the fleet-wide KV budget between different device types, at rho of their budgets (the
+    project puts max_utilization on these shared budgets, beyond the contract: docs/formulation.md)."""
+    for link in request.links:
+        row = ub.zeros()
+        for w, p, d in cand.triples:
+            if p.device == link.source and d.device == link.target:
+                row[ub.col[("z", w, p, d)]] += gbit[w]
+        ub.add(row, rho * link.gbps, f"link {link.source}->{link.target}")
+    if request.kv_budget_gbps is not None:
+        row = ub.zeros()
+        for w, p, d in cand.triples:
+            if p.device != d.device:
+                row[ub.col[("z", w, p, d)]] += gbit[w]
+        ub.add(row, rho * request.kv_budget_gbps, "kv_budget")
+
+
+def _flow_conservation_rows(cand: Candidates, col: dict[tuple, int]) -> list[np.ndarray]:
+    """2. Flow conservation: y[w,P] = sum_D z[w,P,D], y[w,D] = sum_P z[w,P,D]."""
+    eq_rows: list[np.ndarray] = []
+    for w, pool in sorted(cand.rate):
+        if pool.role == "colocated":
+            continue
+        row = np.zeros(len(col))
+        row[col[("y", w, pool)]] = 1.0
+        for tw, p, d in cand.triples:
+            if tw == w and ((pool.role == "prefill" and p == pool) or (pool.role == "decode" and d == pool)):
+                row[col[("z", tw, p, d)]] -= 1.0
+        eq_rows.append(row)
+    return eq_rows
+
+
 def build_flow_lp(request: PlanRequest, cand: Candidates) -> FlowLp:
-    workloads = {w.name: w for w in request.workloads}
     # the flat capacity model (v1): one headroom on every pool, NIC and link (docs/formulation.md)
     assert request.options.capacity_model == "flat", "the oracle implements the flat capacity model"
     rho = request.options.max_utilization if request.options.max_utilization is not None else 0.5
-    devices = {d.name: d for d in request.devices}
     pools = cand.pools
-    pool_index = {pool: i for i, pool in enumerate(pools)}
 
     columns: list[tuple] = [("y", w, pool) for (w, pool) in sorted(cand.rate)]
     columns += [("z", w, p, d) for (w, p, d) in cand.triples]
     col = {c: i for i, c in enumerate(columns)}
     n = len(columns)
 
-    ub_rows: list[np.ndarray] = []
-    ub_fixed: list[float] = []
-    ub_x: list[np.ndarray] = []
-    names: list[str] = []
-
-    def add_ub(row: np.ndarray, fixed: float, x_coef: np.ndarray | None, name: str) -> None:
-        ub_rows.append(row)
-        ub_fixed.append(fixed)
-        ub_x.append(x_coef if x_coef is not None else np.zeros(len(pools)))
-        names.append(name)
-
-    # 1. Capacity: sum_w y[w,pool] / r[w,pool] <= rho x[pool].
-    for pool in pools:
-        row = np.zeros(n)
-        for (w, other), r in cand.rate.items():
-            if other == pool:
-                row[col[("y", w, pool)]] = 1.0 / r
-        x_coef = np.zeros(len(pools))
-        x_coef[pool_index[pool]] = rho
-        add_ub(row, 0.0, x_coef, f"capacity {pool}")
-
-    # 3. Demand: served[w] <= lambda_w, served = colocated y + prefill y.
-    served: dict[str, np.ndarray] = {}
-    for w_name, w in workloads.items():
-        row = np.zeros(n)
-        for cw, pool in cand.rate:
-            if cw == w_name and pool.role in ("colocated", "prefill"):
-                row[col[("y", cw, pool)]] = 1.0
-        served[w_name] = row
-        add_ub(row.copy(), w.rate_rps, None, f"demand {w_name}")
-
-    gbit = {w_name: kv_gbit_per_request(request, w) for w_name, w in workloads.items()}
-
-    # 5. NIC: KV traffic out of each prefill pool and into each decode pool <= x t NIC_k.
-    for pool in pools:
-        nic = devices[pool.device].network_gbps
-        if nic is None or pool.role == "colocated":
-            continue
-        row = np.zeros(n)
-        for w, p, d in cand.triples:
-            if (pool.role == "prefill" and p == pool) or (pool.role == "decode" and d == pool):
-                row[col[("z", w, p, d)]] += gbit[w]
-        x_coef = np.zeros(len(pools))
-        x_coef[pool_index[pool]] = pool.tp * nic
-        add_ub(row, 0.0, x_coef, f"nic {pool}")
-
-    # 6. Links and the fleet-wide KV budget between different device types, at rho of their budgets (the
-    #    project puts max_utilization on these shared budgets, beyond the contract: docs/formulation.md).
-    for link in request.links:
-        row = np.zeros(n)
-        for w, p, d in cand.triples:
-            if p.device == link.source and d.device == link.target:
-                row[col[("z", w, p, d)]] += gbit[w]
-        add_ub(row, rho * link.gbps, None, f"link {link.source}->{link.target}")
-    if request.kv_budget_gbps is not None:
-        row = np.zeros(n)
-        for w, p, d in cand.triples:
-            if p.device != d.device:
-                row[col[("z", w, p, d)]] += gbit[w]
-        add_ub(row, rho * request.kv_budget_gbps, None, "kv_budget")
-
-    # 2. Flow conservation: y[w,P] = sum_D z[w,P,D], y[w,D] = sum_P z[w,P,D].
-    eq_rows: list[np.ndarray] = []
-    for w, pool in sorted(cand.rate):
-        if pool.role == "colocated":
-            continue
-        row = np.zeros(n)
-        row[col[("y", w, pool)]] = 1.0
-        for tw, p, d in cand.triples:
-            if tw == w and ((pool.role == "prefill" and p == pool) or (pool.role == "decode" and d == pool)):
-                row[col[("z", tw, p, d)]] -= 1.0
-        eq_rows.append(row)
+    gbit = {w.name: kv_gbit_per_request(request, w) for w in request.workloads}
+    ub = _UbRows(col, pools)
+    _add_capacity_rows(ub, cand, rho)
+    served = _add_demand_rows(ub, request, cand)
+    _add_nic_rows(ub, request, cand, gbit)
+    _add_link_rows(ub, request, cand, gbit, rho)
+    eq_rows = _flow_conservation_rows(cand, col)
 
     return FlowLp(
         columns=columns,
-        a_ub=np.array(ub_rows).reshape(len(ub_rows), n),
-        b_fixed=np.array(ub_fixed),
-        b_x=np.array(ub_x).reshape(len(ub_rows), len(pools)),
+        a_ub=np.array(ub.a).reshape(len(ub.a), n),
+        b_fixed=np.array(ub.fixed),
+        b_x=np.array(ub.x).reshape(len(ub.a), len(pools)),
         a_eq=np.array(eq_rows).reshape(len(eq_rows), n),
         served=served,
-        row_names=names,
+        row_names=ub.names,
     )
 
 
