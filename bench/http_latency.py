@@ -1,4 +1,5 @@
-"""HTTP latency of POST /plan on the S instance (fleetplan/fixtures/requests/paper.json) against the real server.
+"""HTTP latency of POST /plan on the S instance (fleetplan/fixtures/requests/paper.json) against the
+real server.
 
 Starts `fleetplan serve --host 127.0.0.1 --port <free port>` as a subprocess, waits for GET /health, sends
 one warm-up POST (not counted: the first request pays lazy imports), then N sequential POSTs with httpx
@@ -24,8 +25,10 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import IO
 
 import httpx
 
@@ -115,7 +118,7 @@ def in_process(path: Path, n: int) -> dict:
     return stats(times)
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("-n", "--requests", type=int, default=50, help=f"timed POSTs (1..{MAX_N})")
     parser.add_argument("--timeout", type=float, default=30.0, help="per-request timeout, seconds")
@@ -123,7 +126,154 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--inprocess", type=int, default=10, help="in-process solver.plan() runs (0: skip)")
     parser.add_argument("--request", type=Path, default=fixtures.request_path("paper"))
     parser.add_argument("--out", type=Path, default=RESULTS, help="results directory")
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
+
+
+@dataclass
+class Measurements:
+    """What one run against the server measured; times in ms."""
+
+    startup_ms: float = 0.0  # until GET /health answered
+    warmup_ms: float = 0.0  # the uncounted first POST /plan
+    health_ms: list[float] = field(default_factory=list)
+    latencies: list[float] = field(default_factory=list)  # client wall time of each answered POST /plan
+    build: list[float] = field(default_factory=list)  # the Plans' solver.build_ms
+    solve: list[float] = field(default_factory=list)  # the Plans' solver.solve_ms
+    errors: list[str] = field(default_factory=list)
+    statuses: set[str] = field(default_factory=set)
+    tie_breaks: set[str | None] = field(default_factory=set)
+    response_bytes: int | None = None  # of the last answered POST
+    server_cpu_before: float | None = None  # server utime + stime around the timed POSTs
+    server_cpu_after: float | None = None
+
+
+def warm_up(client: httpx.Client, base: str, body: bytes, timeout: float) -> float:
+    """One POST /plan that pays the lazy imports; its ms. Raises unless it answers 200."""
+    began = time.perf_counter()
+    warm = client.post(f"{base}/plan", content=body, timeout=timeout)
+    warmup_ms = (time.perf_counter() - began) * 1e3
+    if warm.status_code != 200:
+        msg = f"warm-up POST /plan answered {warm.status_code}: {warm.text[:500]}"
+        raise RuntimeError(msg)
+    return warmup_ms
+
+
+def time_health(client: httpx.Client, base: str, count: int, timeout: float) -> list[float]:
+    """`count` sequential GET /health, ms each: the HTTP floor."""
+    times = []
+    for _ in range(count):
+        began = time.perf_counter()
+        client.get(f"{base}/health", timeout=timeout)
+        times.append((time.perf_counter() - began) * 1e3)
+    return times
+
+
+def time_plans(client: httpx.Client, base: str, body: bytes, n: int, timeout: float, m: Measurements) -> None:
+    """`n` sequential POST /plan into `m`: wall time and the Plan's solver times, or the error."""
+    for i in range(n):
+        began = time.perf_counter()
+        try:
+            response = client.post(f"{base}/plan", content=body, timeout=timeout)
+        except httpx.HTTPError as error:
+            m.errors.append(f"request {i}: {type(error).__name__}: {error}")
+            continue
+        elapsed = (time.perf_counter() - began) * 1e3
+        if response.status_code != 200:
+            m.errors.append(f"request {i}: HTTP {response.status_code}: {response.text[:200]}")
+            continue
+        answer = response.json()
+        m.latencies.append(elapsed)
+        m.build.append(answer["solver"]["build_ms"])
+        m.solve.append(answer["solver"]["solve_ms"])
+        m.statuses.add(answer["status"])
+        m.tie_breaks.add(answer["solver"].get("tie_break"))
+        m.response_bytes = len(response.content)
+
+
+def measure(proc: subprocess.Popen, base: str, body: bytes, n: int, args: argparse.Namespace) -> Measurements:
+    """Wait for the server, warm it up, time GET /health, then time `n` POST /plan with its CPU time."""
+    m = Measurements()
+    with httpx.Client(headers={"content-type": "application/json"}) as client:
+        m.startup_ms = wait_healthy(client, base, proc, deadline_s=60.0)
+        print(f"server up on {base} in {m.startup_ms:.0f} ms (pid {proc.pid})", flush=True)
+        m.warmup_ms = warm_up(client, base, body, args.timeout)
+        m.health_ms = time_health(client, base, args.health, args.timeout)
+        m.server_cpu_before = cpu_ms(proc.pid)
+        time_plans(client, base, body, n, args.timeout, m)
+        m.server_cpu_after = cpu_ms(proc.pid)
+    return m
+
+
+def stop_server(proc: subprocess.Popen, log: IO[bytes]) -> str:
+    """Terminate (then kill) the server; the tail of its log."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout=10)
+    log.seek(0)
+    server_log = log.read().decode(errors="replace")[-4000:]
+    log.close()
+    return server_log
+
+
+def server_cpu_per_request(m: Measurements) -> float | None:
+    """Mean server CPU ms per timed POST; None without /proc or without an answered POST."""
+    if m.server_cpu_before is None or m.server_cpu_after is None or not m.latencies:
+        return None
+    return (m.server_cpu_after - m.server_cpu_before) / (len(m.latencies) + len(m.errors))
+
+
+def report_text(result: dict, base: str, timeout: float) -> str:
+    """The human summary of a result: the run in words, then the latency table."""
+    keys = ["p50", "p90", "p99", "max"]
+    local = result["in_process_plan_ms"]
+    rows = [
+        ["POST /plan (client wall)", *(f"{result['latency_ms'].get(k, 0):.1f}" for k in keys)],
+        ["  solver.build_ms", *(f"{result['solver_build_ms'].get(k, 0):.1f}" for k in keys)],
+        ["  solver.solve_ms", *(f"{result['solver_solve_ms'].get(k, 0):.1f}" for k in keys)],
+        ["  rest (wall - build - solve)", *(f"{result['other_ms'].get(k, 0):.1f}" for k in keys)],
+        ["GET /health (HTTP floor)", *(f"{result['health_ms'].get(k, 0):.1f}" for k in keys)],
+    ]
+    if local.get("n"):
+        rows.append(["solver.plan() in-process", *(f"{local[k]:.1f}" for k in keys)])
+    load_end = result["loadavg_at_end"]
+    server_cpu = result["server_cpu_ms_per_request"]
+    return "\n".join(
+        [
+            f"HTTP latency  |  {result['utc']}  |  {git_line(result['git'])}",
+            f"Machine: {machine_line(result['machine'])}",
+            f"POST {result['request']} ({result['request_bytes']} B) x {result['n']} sequential to {base}, "
+            f"timeout {timeout:g} s; "
+            f"ok {result['ok']}, errors {len(result['errors'])}; "
+            f"status {', '.join(result['statuses']) or '-'}",
+            f"server startup {result['startup_ms']:.0f} ms, "
+            f"warm-up request {result['warmup_ms']:.0f} ms (not counted); "
+            f"in-process solver.plan() x {local.get('n', 0)}; "
+            f"load avg at end {load_end[0] if load_end else '?'}",
+            "server CPU per POST (mean, utime+stime of the server process): "
+            + ("-" if server_cpu is None else f"{server_cpu:.1f} ms"),
+            "",
+            table(["ms", *keys], rows),
+            "",
+            f"target p50 <= 25 ms: {'met' if result['latency_ms'].get('p50', 1e9) <= 25 else 'missed'}"
+            + (f" (p50 {result['latency_ms']['p50']:.1f} ms)" if result["ok"] else ""),
+        ]
+    )
+
+
+def write_results(out: Path, stamp: datetime, result: dict) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    payload = json.dumps(result, indent=2, default=str)
+    path = out / f"http_latency-{stamp.strftime('%Y%m%dT%H%M%SZ')}.json"
+    path.write_text(payload)
+    (out / "http_latency-latest.json").write_text(payload)
+    print(f"\nwrote {shown(path)} and http_latency-latest.json")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
     n = max(1, min(args.requests, MAX_N))
 
     stamp = datetime.now(UTC)
@@ -135,61 +285,13 @@ def main(argv: list[str] | None = None) -> int:
     log = tempfile.TemporaryFile()
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     proc = subprocess.Popen(server_command(port), cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env=env)
-    latencies, build, solve, errors = [], [], [], []
-    health_ms, statuses, tie_breaks = [], set(), set()
     try:
-        with httpx.Client(headers={"content-type": "application/json"}) as client:
-            startup_ms = wait_healthy(client, base, proc, deadline_s=60.0)
-            print(f"server up on {base} in {startup_ms:.0f} ms (pid {proc.pid})", flush=True)
-
-            began = time.perf_counter()
-            warm = client.post(f"{base}/plan", content=body, timeout=args.timeout)
-            warmup_ms = (time.perf_counter() - began) * 1e3
-            if warm.status_code != 200:
-                msg = f"warm-up POST /plan answered {warm.status_code}: {warm.text[:500]}"
-                raise RuntimeError(msg)
-
-            for _ in range(args.health):
-                began = time.perf_counter()
-                client.get(f"{base}/health", timeout=args.timeout)
-                health_ms.append((time.perf_counter() - began) * 1e3)
-
-            server_cpu_before = cpu_ms(proc.pid)
-            for i in range(n):
-                began = time.perf_counter()
-                try:
-                    response = client.post(f"{base}/plan", content=body, timeout=args.timeout)
-                except httpx.HTTPError as error:
-                    errors.append(f"request {i}: {type(error).__name__}: {error}")
-                    continue
-                elapsed = (time.perf_counter() - began) * 1e3
-                if response.status_code != 200:
-                    errors.append(f"request {i}: HTTP {response.status_code}: {response.text[:200]}")
-                    continue
-                answer = response.json()
-                latencies.append(elapsed)
-                build.append(answer["solver"]["build_ms"])
-                solve.append(answer["solver"]["solve_ms"])
-                statuses.add(answer["status"])
-                tie_breaks.add(answer["solver"].get("tie_break"))
-                response_bytes = len(response.content)
-            server_cpu_after = cpu_ms(proc.pid)
+        m = measure(proc, base, body, n, args)
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=10)
-        log.seek(0)
-        server_log = log.read().decode(errors="replace")[-4000:]
-        log.close()
+        server_log = stop_server(proc, log)
 
     local = in_process(args.request, args.inprocess) if args.inprocess > 0 else {"n": 0}
-    other = [t - b - s for t, b, s in zip(latencies, build, solve, strict=True)]
-    server_cpu = None
-    if server_cpu_before is not None and server_cpu_after is not None and latencies:
-        server_cpu = (server_cpu_after - server_cpu_before) / (len(latencies) + len(errors))
+    other = [t - b - s for t, b, s in zip(m.latencies, m.build, m.solve, strict=True)]
     load_end = None
     with contextlib.suppress(OSError, AttributeError):
         load_end = [round(x, 2) for x in os.getloadavg()]
@@ -197,69 +299,35 @@ def main(argv: list[str] | None = None) -> int:
         **meta,
         "request": str(shown(args.request.resolve())),
         "request_bytes": len(body),
-        "response_bytes": response_bytes if latencies else None,
+        "response_bytes": m.response_bytes if m.latencies else None,
         "n": n,
-        "ok": len(latencies),
-        "errors": errors,
-        "statuses": sorted(statuses),
-        "tie_breaks": sorted(t or "-" for t in tie_breaks),
-        "startup_ms": startup_ms,
-        "warmup_ms": warmup_ms,
-        "latency_ms": stats(latencies),
-        "solver_build_ms": stats(build),
-        "solver_solve_ms": stats(solve),
+        "ok": len(m.latencies),
+        "errors": m.errors,
+        "statuses": sorted(m.statuses),
+        "tie_breaks": sorted(t or "-" for t in m.tie_breaks),
+        "startup_ms": m.startup_ms,
+        "warmup_ms": m.warmup_ms,
+        "latency_ms": stats(m.latencies),
+        "solver_build_ms": stats(m.build),
+        "solver_solve_ms": stats(m.solve),
         "other_ms": stats(other),
-        "health_ms": stats(health_ms),
+        "health_ms": stats(m.health_ms),
         "in_process_plan_ms": local,
-        "server_cpu_ms_per_request": server_cpu,
+        "server_cpu_ms_per_request": server_cpu_per_request(m),
         "loadavg_at_end": load_end,
         "target_p50_ms": 25.0,
         "server_log_tail": server_log,
-        "raw": {"latency_ms": latencies, "build_ms": build, "solve_ms": solve},
+        "raw": {"latency_ms": m.latencies, "build_ms": m.build, "solve_ms": m.solve},
     }
 
-    keys = ["p50", "p90", "p99", "max"]
-    rows = [
-        ["POST /plan (client wall)", *(f"{result['latency_ms'].get(k, 0):.1f}" for k in keys)],
-        ["  solver.build_ms", *(f"{result['solver_build_ms'].get(k, 0):.1f}" for k in keys)],
-        ["  solver.solve_ms", *(f"{result['solver_solve_ms'].get(k, 0):.1f}" for k in keys)],
-        ["  rest (wall - build - solve)", *(f"{result['other_ms'].get(k, 0):.1f}" for k in keys)],
-        ["GET /health (HTTP floor)", *(f"{result['health_ms'].get(k, 0):.1f}" for k in keys)],
-    ]
-    if local.get("n"):
-        rows.append(["solver.plan() in-process", *(f"{local[k]:.1f}" for k in keys)])
-    text = "\n".join(
-        [
-            f"HTTP latency  |  {meta['utc']}  |  {git_line(meta['git'])}",
-            f"Machine: {machine_line(meta['machine'])}",
-            f"POST {result['request']} ({len(body)} B) x {n} sequential to {base}, "
-            f"timeout {args.timeout:g} s; "
-            f"ok {len(latencies)}, errors {len(errors)}; status {', '.join(result['statuses']) or '-'}",
-            f"server startup {startup_ms:.0f} ms, warm-up request {warmup_ms:.0f} ms (not counted); "
-            f"in-process solver.plan() x {local.get('n', 0)}; "
-            f"load avg at end {load_end[0] if load_end else '?'}",
-            "server CPU per POST (mean, utime+stime of the server process): "
-            + ("-" if server_cpu is None else f"{server_cpu:.1f} ms"),
-            "",
-            table(["ms", *keys], rows),
-            "",
-            f"target p50 <= 25 ms: {'met' if result['latency_ms'].get('p50', 1e9) <= 25 else 'missed'}"
-            + (f" (p50 {result['latency_ms']['p50']:.1f} ms)" if latencies else ""),
-        ]
-    )
+    text = report_text(result, base, args.timeout)
     result["table"] = text
     print()
     print(text)
-    if errors:
-        print("\nerrors:\n  " + "\n  ".join(errors[:10]))
-
-    args.out.mkdir(parents=True, exist_ok=True)
-    payload = json.dumps(result, indent=2, default=str)
-    path = args.out / f"http_latency-{stamp.strftime('%Y%m%dT%H%M%SZ')}.json"
-    path.write_text(payload)
-    (args.out / "http_latency-latest.json").write_text(payload)
-    print(f"\nwrote {shown(path)} and http_latency-latest.json")
-    return 0 if latencies else 1
+    if m.errors:
+        print("\nerrors:\n  " + "\n  ".join(m.errors[:10]))
+    write_results(args.out, stamp, result)
+    return 0 if m.latencies else 1
 
 
 if __name__ == "__main__":
