@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from fleetplan.models.errors import ProfileMissing
-from fleetplan.models.plan import PlanRequest
+from fleetplan.models.plan import Options, PlanRequest
 from fleetplan.models.profile import PERCENTILES
 from fleetplan.profiler.tables import ProfileTable, latency_at_prompt
 from fleetplan.solver import capacity
@@ -402,16 +402,10 @@ def headroom_levels(
     if options.capacity_model == "flat":
         rho = flat_headroom(options)
         return uses.assign(rho=rho, nic_rho=1.0, kv_slack_ms=0.0)  # v1: NIC rows are not derated
-    curves = percentile_curves(uses, classes, table)
-    t = capacity.with_kv_reserve(use_table(uses, classes), curves)
-    uses = uses.assign(kv_slack_ms=t.kv_slack_ms)
-    admissible = capacity.rates(t, curves)
-    rho = np.clip(admissible / t.rate, 0.0, 1.0)
-    nic, usable = capacity.nic_caps(t)
-    if options.max_utilization is not None:
-        rho, nic = np.minimum(rho, options.max_utilization), np.minimum(nic, options.max_utilization)
-    rho = np.floor(rho / LEVEL_STEP + 1e-9) * LEVEL_STEP
-    uses = uses.assign(use_rho=rho, nic_rho=nic)[(rho >= capacity.RHO_MIN) & usable]
+    uses = admissible_loads(uses, classes, table, options)
+    # once more over the uses that remain: a class that can never use a pool shape (its SLO is out of
+    # reach there) no longer lengthens the FIFO waits (share, kv_share) of those that can
+    uses = admissible_loads(uses, classes, table, options)
     base = ["owner", "role", "device", "tp", "batch"]
     levels = uses[[*base, "use_rho"]].drop_duplicates().rename(columns={"use_rho": "rho"})
     expanded = uses.merge(levels, on=base)
@@ -419,6 +413,23 @@ def headroom_levels(
     # a level's NIC cap is the tightest of the classes it carries
     expanded["nic_rho"] = expanded.groupby([*base, "rho"])["nic_rho"].transform("min")
     return expanded.drop(columns="use_rho").reset_index(drop=True)
+
+
+def admissible_loads(
+    uses: pd.DataFrame, classes: pd.DataFrame, table: ProfileTable, options: Options
+) -> pd.DataFrame:
+    """The queueing model's admissible utilization (`use_rho`, on the LEVEL_STEP grid), NIC cap and KV
+    reserve of every use; uses below RHO_MIN or whose NICs would throttle their pool are dropped."""
+    uses = uses.reset_index(drop=True)
+    curves = percentile_curves(uses, classes, table)
+    t = capacity.with_kv_reserve(use_table(uses, classes), curves)
+    rho = np.clip(capacity.rates(t, curves) / t.rate, 0.0, 1.0)
+    nic, usable = capacity.nic_caps(t)
+    if options.max_utilization is not None:
+        rho, nic = np.minimum(rho, options.max_utilization), np.minimum(nic, options.max_utilization)
+    rho = np.floor(rho / LEVEL_STEP + 1e-9) * LEVEL_STEP
+    uses = uses.assign(kv_slack_ms=t.kv_slack_ms, use_rho=rho, nic_rho=nic)
+    return uses[(rho >= capacity.RHO_MIN) & usable].reset_index(drop=True)
 
 
 LINK_FLOOR = 0.3  # a prefill use that could send over a link budget only below this headroom does not use it
