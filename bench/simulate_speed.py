@@ -34,7 +34,10 @@ def fleet(scale: int = 2) -> PlanRequest:
     devices = [msgspec.structs.replace(d, count=d.count * scale) for d in request.devices]
     workloads = [msgspec.structs.replace(w, rate_rps=w.rate_rps * scale) for w in request.workloads]
     return msgspec.structs.replace(
-        request, devices=devices, workloads=workloads, options=Options(capacity_model="flat", max_utilization=0.6)
+        request,
+        devices=devices,
+        workloads=workloads,
+        options=Options(capacity_model="flat", max_utilization=0.6),
     )
 
 

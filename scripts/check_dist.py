@@ -42,7 +42,18 @@ ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = "fleetplan"
 # third-party packages that only optional extras install: a module that fails on one of them is fine
 # (the engines for vLLM, Neuron and JetStream import their vendor packages; docs/profiling.md)
-OPTIONAL = {"pyomo", "ortools", "torch", "transformers", "httpx", "vllm", "jetstream", "grpc", "optimum", "torch_neuronx"}
+OPTIONAL = {
+    "pyomo",
+    "ortools",
+    "torch",
+    "transformers",
+    "httpx",
+    "vllm",
+    "jetstream",
+    "grpc",
+    "optimum",
+    "torch_neuronx",
+}
 SERVE_TIMEOUT_S = 60
 
 
@@ -50,7 +61,9 @@ class CheckFailed(Exception):
     pass
 
 
-def run(cmd: list[str], cwd: Path, env: dict | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
+def run(
+    cmd: list[str], cwd: Path, env: dict | None = None, timeout: float = 600
+) -> subprocess.CompletedProcess:
     print("$", " ".join(cmd), flush=True)
     return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout, check=False)
 
@@ -80,7 +93,10 @@ def clean_copy(dest: Path) -> Path:
 
 
 def build(outdir: Path, source: Path) -> tuple[Path, Path]:
-    must(run([sys.executable, "-m", "build", "--outdir", str(outdir), str(source)], cwd=source), "python -m build")
+    must(
+        run([sys.executable, "-m", "build", "--outdir", str(outdir), str(source)], cwd=source),
+        "python -m build",
+    )
     wheels, sdists = sorted(outdir.glob("*.whl")), sorted(outdir.glob("*.tar.gz"))
     if len(wheels) != 1 or len(sdists) != 1:
         raise CheckFailed(f"expected one wheel and one sdist in {outdir}, found {wheels + sdists}")
@@ -156,7 +172,9 @@ def check_installed(bindir: Path, workdir: Path, version: str) -> list[str]:
             failures.append(f"`import {generic}` succeeds: the wheel claims a generic top-level name")
     out = run([cli, "plan", "paper", "--plain"], cwd=workdir, env=env)
     if out.returncode != 0 or not out.stdout.startswith("status optimal"):
-        failures.append(f"`fleetplan plan paper` failed (exit {out.returncode}):\n{out.stdout[:500]}{out.stderr}")
+        failures.append(
+            f"`fleetplan plan paper` failed (exit {out.returncode}):\n{out.stdout[:500]}{out.stderr}"
+        )
     else:
         print(out.stdout.splitlines()[0])
     failures += check_serve(cli, workdir, env)
@@ -170,7 +188,9 @@ def free_port() -> int:
 
 
 def http(method: str, url: str, body: bytes | None = None) -> tuple[int, dict]:
-    request = urllib.request.Request(url, data=body, method=method, headers={"content-type": "application/json"})
+    request = urllib.request.Request(
+        url, data=body, method=method, headers={"content-type": "application/json"}
+    )
     try:
         with urllib.request.urlopen(request, timeout=30) as response:
             return response.status, json.loads(response.read())
@@ -185,7 +205,11 @@ def check_serve(cli: str, workdir: Path, env: dict) -> list[str]:
     log = workdir / "serve.log"
     with log.open("w") as sink:
         proc = subprocess.Popen(
-            [cli, "serve", "--host", "127.0.0.1", "--port", str(port)], cwd=workdir, env=env, stdout=sink, stderr=sink
+            [cli, "serve", "--host", "127.0.0.1", "--port", str(port)],
+            cwd=workdir,
+            env=env,
+            stdout=sink,
+            stderr=sink,
         )
     try:
         deadline = time.monotonic() + SERVE_TIMEOUT_S

@@ -31,10 +31,14 @@ from fleetplan.profiler.store import ProfileStore
 # gpu prefills fast but decodes too slowly for the 12 ms TBT SLO; acc decodes fast but prefills too slowly
 # for the 300 ms TTFT SLO: the only way to serve the class is gpu prefill -> acc decode.
 _LATENCIES = {  # (device, batch, prompt_tokens): (ttft_ms_p90, tbt_ms_p90)
-    ("gpu", 1, 128): (20, 14), ("gpu", 1, 1024): (100, 16),
-    ("gpu", 4, 128): (50, 18), ("gpu", 4, 1024): (300, 20),
-    ("acc", 1, 128): (600, 8), ("acc", 1, 1024): (2000, 10),
-    ("acc", 4, 128): (1500, 11), ("acc", 4, 1024): (5000, 14),
+    ("gpu", 1, 128): (20, 14),
+    ("gpu", 1, 1024): (100, 16),
+    ("gpu", 4, 128): (50, 18),
+    ("gpu", 4, 1024): (300, 20),
+    ("acc", 1, 128): (600, 8),
+    ("acc", 1, 1024): (2000, 10),
+    ("acc", 4, 128): (1500, 11),
+    ("acc", 4, 1024): (5000, 14),
 }
 ROWS = [
     {"model": "m1", "device": d, "tp": 1, "batch": b, "prompt_tokens": p, "ttft_ms_p90": t, "tbt_ms_p90": s}
@@ -52,8 +56,14 @@ def inline_request() -> dict[str, Any]:
         "links": [{"source": "gpu", "target": "acc", "gbps": 50}],
         "models": [{"name": "m1", "kv_bytes_per_token": 65536}],
         "workloads": [
-            {"name": "chat", "model": "m1", "prompt_tokens": 512, "output_tokens": 128, "rate_rps": 20.0,
-             "slo": {"ttft_ms": 300, "tbt_ms": 12, "percentile": 90}},
+            {
+                "name": "chat",
+                "model": "m1",
+                "prompt_tokens": 512,
+                "output_tokens": 128,
+                "rate_rps": 20.0,
+                "slo": {"ttft_ms": 300, "tbt_ms": 12, "percentile": 90},
+            },
         ],
         "profiles": {"rows": copy.deepcopy(ROWS)},
         "options": {"time_limit_s": 5},
@@ -68,9 +78,12 @@ def write_store(root: Path, name: str = "tiny") -> Path:
     directory.mkdir(parents=True)
     (directory / "profile.csv").write_text(csv)
     manifest = {
-        "name": name, "description": "two devices, one model, for the API tests",
-        "sha256": hashlib.sha256(csv.encode()).hexdigest(), "rows": len(ROWS),
-        "generator": "tests/test_api.py", "created": "2025-11-22",
+        "name": name,
+        "description": "two devices, one model, for the API tests",
+        "sha256": hashlib.sha256(csv.encode()).hexdigest(),
+        "rows": len(ROWS),
+        "generator": "tests/test_api.py",
+        "created": "2025-11-22",
     }
     (directory / "manifest.json").write_text(json.dumps(manifest))
     return root
@@ -121,8 +134,9 @@ def test_plan_inline_rows_routes_gpu_to_acc(client: TestClient) -> None:
     assert plan.profile_set.name == "inline"
     assert 0 < plan.slo_rps <= plan.demand_rps == 20.0
     routes = [r for w in plan.workloads for r in w.routes]
-    assert routes and all(r.prefill and r.decode and r.prefill.device == "gpu" and r.decode.device == "acc"
-                          for r in routes)
+    assert routes and all(
+        r.prefill and r.decode and r.prefill.device == "gpu" and r.decode.device == "acc" for r in routes
+    )
     assert elapsed < 5, f"POST /plan on two devices took {elapsed:.2f} s"
 
 
@@ -138,7 +152,9 @@ def test_plan_bundled_paper_request_when_present() -> None:
     root = fixtures.root()
     path = root / "requests" / "paper.json"
     if not path.is_file() or not (root / "profiles" / "paper" / "profile.csv").is_file():
-        pytest.skip("fleetplan/fixtures/requests/paper.json or the bundled 'paper' profile set is not there yet")
+        pytest.skip(
+            "fleetplan/fixtures/requests/paper.json or the bundled 'paper' profile set is not there yet"
+        )
     with TestClient(app=create_app()) as bundled:
         response = bundled.post("/plan", content=path.read_bytes())
     assert response.status_code == 200, response.text
@@ -197,40 +213,84 @@ def _mutate(change: Callable[[dict[str, Any]], object]) -> dict[str, Any]:
 
 BAD_BODIES = {
     "negative count": (
-        _mutate(lambda b: b["devices"][0].update(count=-1)), 400, "devices[0].count", "Expected `int` >= 0"),
+        _mutate(lambda b: b["devices"][0].update(count=-1)),
+        400,
+        "devices[0].count",
+        "Expected `int` >= 0",
+    ),
     "huge latency in inline rows": (
-        _mutate(lambda b: b["profiles"]["rows"][0].update(ttft_ms_p90=1e300)), 400,
-        "profiles.rows[0].ttft_ms_p90", "Expected `float` <"),
+        _mutate(lambda b: b["profiles"]["rows"][0].update(ttft_ms_p90=1e300)),
+        400,
+        "profiles.rows[0].ttft_ms_p90",
+        "Expected `float` <",
+    ),
     "zero latency in inline rows": (
-        _mutate(lambda b: b["profiles"]["rows"][3].update(tbt_ms_p90=0)), 400,
-        "profiles.rows[3].tbt_ms_p90", "Expected `float` > 0"),
+        _mutate(lambda b: b["profiles"]["rows"][3].update(tbt_ms_p90=0)),
+        400,
+        "profiles.rows[3].tbt_ms_p90",
+        "Expected `float` > 0",
+    ),
     "unknown model in a workload": (
-        _mutate(lambda b: b["workloads"][0].update(model="llama-9")), 400, "workloads[0].model",
-        "unknown model 'llama-9'"),
+        _mutate(lambda b: b["workloads"][0].update(model="llama-9")),
+        400,
+        "workloads[0].model",
+        "unknown model 'llama-9'",
+    ),
     "link to an unknown device": (
-        _mutate(lambda b: b["links"][0].update(target="b")), 400, "links[0].target", "unknown device 'b'"),
+        _mutate(lambda b: b["links"][0].update(target="b")),
+        400,
+        "links[0].target",
+        "unknown device 'b'",
+    ),
     "duplicate device names": (
-        _mutate(lambda b: b["devices"].append(dict(b["devices"][0]))), 400, "devices", "duplicate name"),
+        _mutate(lambda b: b["devices"].append(dict(b["devices"][0]))),
+        400,
+        "devices",
+        "duplicate name",
+    ),
     "percentile 95": (
-        _mutate(lambda b: b["workloads"][0]["slo"].update(percentile=95)), 400, "workloads[0].slo.percentile",
-        "95"),
+        _mutate(lambda b: b["workloads"][0]["slo"].update(percentile=95)),
+        400,
+        "workloads[0].slo.percentile",
+        "95",
+    ),
     "misspelt rate_rpss": (
-        _mutate(lambda b: b["workloads"][0].update(rate_rpss=b["workloads"][0].pop("rate_rps"))), 400,
-        "workloads[0]", "unknown field `rate_rpss`"),
+        _mutate(lambda b: b["workloads"][0].update(rate_rpss=b["workloads"][0].pop("rate_rps"))),
+        400,
+        "workloads[0]",
+        "unknown field `rate_rpss`",
+    ),
     "empty workloads": (_mutate(lambda b: b.update(workloads=[])), 400, "workloads", "empty"),
     "string for a number": (
-        _mutate(lambda b: b["workloads"][0].update(rate_rps="20")), 400, "workloads[0].rate_rps",
-        "Expected `float`"),
+        _mutate(lambda b: b["workloads"][0].update(rate_rps="20")),
+        400,
+        "workloads[0].rate_rps",
+        "Expected `float`",
+    ),
     "both set and rows": (
-        _mutate(lambda b: b["profiles"].update(set="tiny")), 400, "profiles", "exactly one of"),
+        _mutate(lambda b: b["profiles"].update(set="tiny")),
+        400,
+        "profiles",
+        "exactly one of",
+    ),
     "time limit out of range": (
-        _mutate(lambda b: b["options"].update(time_limit_s=0)), 400, "options.time_limit_s", "(0, 600]"),
+        _mutate(lambda b: b["options"].update(time_limit_s=0)),
+        400,
+        "options.time_limit_s",
+        "(0, 600]",
+    ),
     "unknown profile set": (
-        _mutate(lambda b: b.update(profiles={"set": "nope"})), 422, "profiles.set",
-        "unknown profile set 'nope'"),
+        _mutate(lambda b: b.update(profiles={"set": "nope"})),
+        422,
+        "profiles.set",
+        "unknown profile set 'nope'",
+    ),
     "percentile the rows lack": (
-        _mutate(lambda b: b["workloads"][0]["slo"].update(percentile=99)), 422, "workloads[0].slo.percentile",
-        "ttft_ms_p99"),
+        _mutate(lambda b: b["workloads"][0]["slo"].update(percentile=99)),
+        422,
+        "workloads[0].slo.percentile",
+        "ttft_ms_p99",
+    ),
 }
 
 
@@ -255,8 +315,13 @@ def test_out_of_range_number_names_the_field(client: TestClient) -> None:
 
 @pytest.mark.parametrize(
     ("content", "says"),
-    [('{"devices": [', "malformed JSON"), ("{'devices': []}", "malformed JSON"), ("[]", "Expected `object`"),
-     ("null", "Expected `object`"), ("\x00\xff", "malformed JSON")],
+    [
+        ('{"devices": [', "malformed JSON"),
+        ("{'devices': []}", "malformed JSON"),
+        ("[]", "Expected `object`"),
+        ("null", "Expected `object`"),
+        ("\x00\xff", "malformed JSON"),
+    ],
     ids=["truncated", "single quotes", "array", "null", "binary"],
 )
 def test_malformed_json_is_400(client: TestClient, content: str, says: str) -> None:
@@ -316,15 +381,35 @@ def test_plan_verification_error_is_500(client: TestClient, monkeypatch: pytest.
 # --- never a 500 -----------------------------------------------------------------------------------------
 
 _PATHS: list[tuple[str | int, ...]] = [
-    ("devices",), ("devices", 0), ("devices", 0, "name"), ("devices", 0, "count"),
+    ("devices",),
+    ("devices", 0),
+    ("devices", 0, "name"),
+    ("devices", 0, "count"),
     ("devices", 0, "network_gbps"),
-    ("devices", 1, "cost_per_hour"), ("links",), ("links", 0, "gbps"), ("links", 0, "source"), ("models",),
-    ("models", 0, "kv_bytes_per_token"), ("workloads", 0, "prompt_tokens"), ("workloads", 0, "output_tokens"),
-    ("workloads", 0, "rate_rps"), ("workloads", 0, "slo"), ("workloads", 0, "slo", "ttft_ms"),
-    ("workloads", 0, "weight"), ("profiles",), ("profiles", "rows"), ("profiles", "rows", 0, "tp"),
-    ("profiles", "rows", 2, "batch"), ("profiles", "rows", 4, "prompt_tokens"), ("options",),
-    ("options", "objective"), ("options", "batch_sizes"), ("options", "max_utilization"),
-    ("options", "budget_per_hour"), ("options", "baseline_device"), ("kv_budget_gbps",),
+    ("devices", 1, "cost_per_hour"),
+    ("links",),
+    ("links", 0, "gbps"),
+    ("links", 0, "source"),
+    ("models",),
+    ("models", 0, "kv_bytes_per_token"),
+    ("workloads", 0, "prompt_tokens"),
+    ("workloads", 0, "output_tokens"),
+    ("workloads", 0, "rate_rps"),
+    ("workloads", 0, "slo"),
+    ("workloads", 0, "slo", "ttft_ms"),
+    ("workloads", 0, "weight"),
+    ("profiles",),
+    ("profiles", "rows"),
+    ("profiles", "rows", 0, "tp"),
+    ("profiles", "rows", 2, "batch"),
+    ("profiles", "rows", 4, "prompt_tokens"),
+    ("options",),
+    ("options", "objective"),
+    ("options", "batch_sizes"),
+    ("options", "max_utilization"),
+    ("options", "budget_per_hour"),
+    ("options", "baseline_device"),
+    ("kv_budget_gbps",),
 ]
 _VALUES: list[object] = [None, -1, 0, 1, 1e11, "x", "", [], {}, True, [1], 10**30, "min_cost"]
 _DELETE = object()

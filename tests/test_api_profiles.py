@@ -16,8 +16,12 @@ from fleetplan.profiler.store import ProfileStore, bundled_root
 
 
 def upload(name: str = "uploaded", rows: list[dict[str, Any]] | None = None) -> dict[str, Any]:
-    return {"name": name, "description": "uploaded in a test", "rows": copy.deepcopy(ROWS if rows is None else rows),
-            "sources": {"who": "tests/test_api_profiles.py"}}
+    return {
+        "name": name,
+        "description": "uploaded in a test",
+        "rows": copy.deepcopy(ROWS if rows is None else rows),
+        "sources": {"who": "tests/test_api_profiles.py"},
+    }
 
 
 @pytest.fixture
@@ -42,7 +46,9 @@ def test_upload_then_list_get_and_plan(client: TestClient, root: Path) -> None:
     assert response.status_code == 201, response.text
     manifest = response.json()
     assert manifest["name"] == "uploaded" and manifest["rows"] == len(ROWS)
-    assert manifest["generator"] == "POST /profiles" and manifest["sources"] == {"who": "tests/test_api_profiles.py"}
+    assert manifest["generator"] == "POST /profiles" and manifest["sources"] == {
+        "who": "tests/test_api_profiles.py"
+    }
     assert (root / "uploaded").is_symlink()
 
     listed = {s["name"]: s for s in client.get("/profiles").json()}
@@ -68,11 +74,17 @@ def test_bad_row_type_names_the_field(client: TestClient, root: Path) -> None:
 @pytest.mark.parametrize(
     ("mutate", "says"),
     [
-        (lambda rows: rows[2].update(batch=rows[0]["batch"], prompt_tokens=rows[0]["prompt_tokens"],
-                                     device=rows[0]["device"]),
-         "duplicate (model, device, tp, batch, prompt_tokens): rows 0 (m1/gpu/tp1/b1/p128), 2"),
+        (
+            lambda rows: rows[2].update(
+                batch=rows[0]["batch"], prompt_tokens=rows[0]["prompt_tokens"], device=rows[0]["device"]
+            ),
+            "duplicate (model, device, tp, batch, prompt_tokens): rows 0 (m1/gpu/tp1/b1/p128), 2",
+        ),
         (lambda rows: rows[5].update(tbt_ms_p90=None), "no tbt_ms_p* figure: rows 5 (m1/acc/tp1/b1/p1024)"),
-        (lambda rows: rows[1].update(ttft_ms_p50=500.0), "ttft_ms_p50 > ttft_ms_p90: rows 1 (m1/gpu/tp1/b1/p1024)"),
+        (
+            lambda rows: rows[1].update(ttft_ms_p50=500.0),
+            "ttft_ms_p50 > ttft_ms_p90: rows 1 (m1/gpu/tp1/b1/p1024)",
+        ),
     ],
 )
 def test_table_checks_name_the_rows(client: TestClient, mutate: Any, says: str) -> None:
@@ -86,7 +98,10 @@ def test_existing_name_needs_replace_and_a_bad_replacement_keeps_the_old_set(cli
     first = client.post("/profiles", json=upload()).json()
     conflict = problem(client.post("/profiles", json=upload()), 409)
     assert "replace=true" in conflict["detail"]
-    assert problem(client.post("/profiles", json=upload(rows=[]), params={"replace": "true"}), 400)["field"] == "rows"
+    assert (
+        problem(client.post("/profiles", json=upload(rows=[]), params={"replace": "true"}), 400)["field"]
+        == "rows"
+    )
     rows = copy.deepcopy(ROWS)
     rows[0]["ttft_ms_p50"] = 999.0
     problem(client.post("/profiles?replace=true", json=upload(rows=rows)), 400)

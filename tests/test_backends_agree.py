@@ -198,36 +198,72 @@ def test_backend_start_is_an_incumbent(name):
 def row(device: str, tp: int, batch: int, prompt: int, ttft: float, tbt: float, model: str = "m1") -> dict:
     """A profile row with the same latency at every percentile."""
     return {
-        "model": model, "device": device, "tp": tp, "batch": batch, "prompt_tokens": prompt,
-        "ttft_ms_p50": ttft, "ttft_ms_p90": ttft, "ttft_ms_p99": ttft,
-        "tbt_ms_p50": tbt, "tbt_ms_p90": tbt, "tbt_ms_p99": tbt,
+        "model": model,
+        "device": device,
+        "tp": tp,
+        "batch": batch,
+        "prompt_tokens": prompt,
+        "ttft_ms_p50": ttft,
+        "ttft_ms_p90": ttft,
+        "ttft_ms_p99": ttft,
+        "tbt_ms_p50": tbt,
+        "tbt_ms_p90": tbt,
+        "tbt_ms_p99": tbt,
     }
 
 
-def workload(name: str, rate: float, *, prompt: int = 128, output: int = 10, ttft: float = 1000.3,
-             tbt: float = 50.3, weight: float = 1.0, model: str = "m1") -> dict:
+def workload(
+    name: str,
+    rate: float,
+    *,
+    prompt: int = 128,
+    output: int = 10,
+    ttft: float = 1000.3,
+    tbt: float = 50.3,
+    weight: float = 1.0,
+    model: str = "m1",
+) -> dict:
     return {
-        "name": name, "model": model, "prompt_tokens": prompt, "output_tokens": output, "rate_rps": rate,
-        "slo": {"ttft_ms": ttft, "tbt_ms": tbt, "percentile": 90}, "weight": weight,
+        "name": name,
+        "model": model,
+        "prompt_tokens": prompt,
+        "output_tokens": output,
+        "rate_rps": rate,
+        "slo": {"ttft_ms": ttft, "tbt_ms": tbt, "percentile": 90},
+        "weight": weight,
     }
 
 
 # gpu: fast prefill, slow decode; acc: slow prefill, fast decode (cross-type pairs win); both colocate m2.
 ROWS = [
-    row("gpu", 1, 1, 128, 50, 100), row("gpu", 1, 1, 1024, 100, 120),
-    row("gpu", 1, 4, 128, 120, 110), row("gpu", 1, 4, 1024, 300, 130),
-    row("gpu", 2, 1, 128, 30, 70), row("gpu", 2, 1, 1024, 60, 90),
-    row("acc", 1, 1, 128, 5000, 20), row("acc", 1, 1, 1024, 6000, 25),
-    row("acc", 1, 4, 128, 7000, 30), row("acc", 1, 4, 1024, 9000, 40),
-    row("gpu", 1, 1, 128, 40, 8, model="m2"), row("gpu", 1, 1, 1024, 200, 12, model="m2"),
-    row("gpu", 1, 4, 128, 90, 12, model="m2"), row("gpu", 1, 4, 1024, 400, 18, model="m2"),
-    row("acc", 1, 1, 128, 80, 10, model="m2"), row("acc", 1, 1, 1024, 500, 14, model="m2"),
+    row("gpu", 1, 1, 128, 50, 100),
+    row("gpu", 1, 1, 1024, 100, 120),
+    row("gpu", 1, 4, 128, 120, 110),
+    row("gpu", 1, 4, 1024, 300, 130),
+    row("gpu", 2, 1, 128, 30, 70),
+    row("gpu", 2, 1, 1024, 60, 90),
+    row("acc", 1, 1, 128, 5000, 20),
+    row("acc", 1, 1, 1024, 6000, 25),
+    row("acc", 1, 4, 128, 7000, 30),
+    row("acc", 1, 4, 1024, 9000, 40),
+    row("gpu", 1, 1, 128, 40, 8, model="m2"),
+    row("gpu", 1, 1, 1024, 200, 12, model="m2"),
+    row("gpu", 1, 4, 128, 90, 12, model="m2"),
+    row("gpu", 1, 4, 1024, 400, 18, model="m2"),
+    row("acc", 1, 1, 128, 80, 10, model="m2"),
+    row("acc", 1, 1, 1024, 500, 14, model="m2"),
 ]
 MODELS = [{"name": "m1", "kv_bytes_per_token": 1048576}, {"name": "m2", "kv_bytes_per_token": 262144}]
 
 
-def make_request(devices: list[dict], workloads: list[dict], *, links: list[dict] | None = None,
-                 kv_budget: float | None = None, **options: Any) -> PlanRequest:
+def make_request(
+    devices: list[dict],
+    workloads: list[dict],
+    *,
+    links: list[dict] | None = None,
+    kv_budget: float | None = None,
+    **options: Any,
+) -> PlanRequest:
     return msgspec.convert(
         {
             "devices": devices,
@@ -236,14 +272,21 @@ def make_request(devices: list[dict], workloads: list[dict], *, links: list[dict
             "kv_budget_gbps": kv_budget,
             "models": MODELS,
             "profiles": {"rows": ROWS},
-            "options": {"mip_rel_gap": 1e-9, "time_limit_s": 60, "capacity_model": "flat", "max_utilization": 0.9, **options},
+            "options": {
+                "mip_rel_gap": 1e-9,
+                "time_limit_s": 60,
+                "capacity_model": "flat",
+                "max_utilization": 0.9,
+                **options,
+            },
         },
         PlanRequest,
     )
 
 
-def fleet(gpu: int = 3, acc: int = 4, gpu_nic: float | None = None,
-          acc_nic: float | None = None) -> list[dict]:
+def fleet(
+    gpu: int = 3, acc: int = 4, gpu_nic: float | None = None, acc_nic: float | None = None
+) -> list[dict]:
     gpu_device: dict[str, Any] = {"name": "gpu", "count": gpu, "cost_per_hour": 3.0}
     acc_device: dict[str, Any] = {"name": "acc", "count": acc, "cost_per_hour": 1.5}
     if gpu_nic is not None:
@@ -263,26 +306,34 @@ REQUESTS = {
     "max_goodput/model/nic": make_request(fleet(gpu_nic=10, acc_nic=25), THREE_CLASSES),
     "max_goodput/class/nic": make_request(fleet(gpu_nic=10, acc_nic=5), THREE_CLASSES, pooling="class"),
     "max_goodput/model/links+kv_budget": make_request(
-        fleet(gpu=4, acc=6), THREE_CLASSES,
-        links=[{"source": "gpu", "target": "acc", "gbps": 12.0},
-               {"source": "gpu", "target": "gpu", "gbps": 2.0}],
+        fleet(gpu=4, acc=6),
+        THREE_CLASSES,
+        links=[
+            {"source": "gpu", "target": "acc", "gbps": 12.0},
+            {"source": "gpu", "target": "gpu", "gbps": 2.0},
+        ],
         kv_budget=9.0,
     ),
-    "max_goodput/class/budget": make_request(fleet(gpu_nic=25), THREE_CLASSES, pooling="class",
-                                             budget_per_hour=10.25),
+    "max_goodput/class/budget": make_request(
+        fleet(gpu_nic=25), THREE_CLASSES, pooling="class", budget_per_hour=10.25
+    ),
     "min_cost/model": make_request(
         fleet(gpu=4, acc=6, gpu_nic=25, acc_nic=25),
         [workload("chat", 6.0, weight=2.0), workload("small", 5.0, model="m2", output=32, tbt=20.3)],
         objective="min_cost",
     ),
-    "min_cost/class/infeasible": make_request(fleet(gpu=2, acc=2), THREE_CLASSES, pooling="class",
-                                              objective="min_cost"),
+    "min_cost/class/infeasible": make_request(
+        fleet(gpu=2, acc=2), THREE_CLASSES, pooling="class", objective="min_cost"
+    ),
     "max_min_fraction/model/links": make_request(
-        fleet(gpu_nic=10, acc_nic=10), THREE_CLASSES, objective="max_min_fraction",
+        fleet(gpu_nic=10, acc_nic=10),
+        THREE_CLASSES,
+        objective="max_min_fraction",
         links=[{"source": "gpu", "target": "acc", "gbps": 15.0}],
     ),
-    "max_min_fraction/class": make_request(fleet(gpu=2, acc=3), THREE_CLASSES, pooling="class",
-                                           objective="max_min_fraction"),
+    "max_min_fraction/class": make_request(
+        fleet(gpu=2, acc=3), THREE_CLASSES, pooling="class", objective="max_min_fraction"
+    ),
 }
 
 
@@ -370,8 +421,12 @@ def test_forms_agree(name, case, relax):
         assert result.bound is not None
 
 
-PROPERTY = settings(max_examples=12, deadline=None, derandomize=True,
-                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+PROPERTY = settings(
+    max_examples=12,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 
 
 @PROPERTY
@@ -437,6 +492,7 @@ def test_ortools_worker_import_failure_names_the_extra(monkeypatch):
 
     form, c = knapsack()
     monkeypatch.setattr(module, "ortools_installed", lambda: True)
+
     def without_site(source, target):
         return [sys.executable, "-P", "-S", str(module.WORKER), str(source), str(target)]
 

@@ -75,8 +75,10 @@ def test_time_limit_overrides_the_file(
     [
         (lambda b: b["devices"][0].update(count=-1), "devices[0].count: Expected `int` >= 0"),
         (lambda b: b["links"][0].update(target="b"), "links[0].target: unknown device 'b'"),
-        (lambda b: b["workloads"][0].update(rate_rpss=1),
-         "workloads[0]: Object contains unknown field `rate_rpss`"),
+        (
+            lambda b: b["workloads"][0].update(rate_rpss=1),
+            "workloads[0]: Object contains unknown field `rate_rpss`",
+        ),
         (lambda b: b.update(profiles={"set": "nope"}), "profiles.set: unknown profile set 'nope'"),
     ],
     ids=["negative count", "unknown link target", "unknown field", "unknown profile set"],
@@ -102,7 +104,9 @@ def test_nan_in_file_names_the_field(runner: CliRunner, tmp_path: Path) -> None:
 def test_unreadable_or_malformed_file_exits_2(runner: CliRunner, tmp_path: Path) -> None:
     missing = runner.invoke(main, ["plan", str(tmp_path / "absent.json")])
     assert missing.exit_code == 2
-    assert "no such file, and no bundled request of that name (bundled: infeasible, link_bound" in missing.stderr
+    assert (
+        "no such file, and no bundled request of that name (bundled: infeasible, link_bound" in missing.stderr
+    )
     malformed = runner.invoke(main, ["plan", str(write_request(tmp_path, '{"devices": ['))])
     assert malformed.exit_code == 2
     assert malformed.stderr.startswith("error: malformed JSON")
@@ -183,15 +187,16 @@ def test_calibrate_then_estimate_a_sibling(tmp_path):
     runner = CliRunner()
     store = tmp_path / "store"
     grid = ["--models", "llama-3.1-8b", "--batches", "1,4,16", "--prompts", "128,512,1024", "--no-progress"]
-    made = runner.invoke(main, ["profile", "--backend", "analytic", "--device", "a100", "--name", "a100-set",
-                                "--out", str(store), *grid])
+    profile = ["profile", "--backend", "analytic", "--out", str(store), *grid]
+    made = runner.invoke(main, [*profile, "--device", "a100", "--name", "a100-set"])
     assert made.exit_code == 0, made.output
     factors = tmp_path / "cal.json"
     fitted = runner.invoke(main, ["calibrate", "a100-set", "--store", str(store), "--out", str(factors)])
     assert fitted.exit_code == 0, fitted.output
     assert "| a100 | gpu | 9 |" in fitted.output
-    sibling = runner.invoke(main, ["profile", "--backend", "analytic", "--device", "h100", "--name", "h100-set",
-                                   "--out", str(store), "--calibration", str(factors), *grid])
+    sibling = runner.invoke(
+        main, [*profile, "--device", "h100", "--name", "h100-set", "--calibration", str(factors)]
+    )
     assert sibling.exit_code == 0, sibling.output
     assert "analytic:h100:calibrated-a100" in (store / "h100-set" / "profile.csv").read_text()
     missing = runner.invoke(main, ["calibrate", "nope", "--store", str(store)])
@@ -207,9 +212,10 @@ def test_merge_sets_from_two_machines(tmp_path):
 
     runner = CliRunner()
     store = tmp_path / "store"
-    grid = ["--models", "llama-3.1-8b", "--batches", "1,4", "--prompts", "128,512", "--no-progress", "--out", str(store)]
+    grid = ["--models", "llama-3.1-8b", "--batches", "1,4", "--prompts", "128,512", "--no-progress"]
+    profile = ["profile", "--backend", "analytic", "--out", str(store), *grid]
     for device in ("a100", "l4"):
-        made = runner.invoke(main, ["profile", "--backend", "analytic", "--device", device, "--name", device, *grid])
+        made = runner.invoke(main, [*profile, "--device", device, "--name", device])
         assert made.exit_code == 0, made.output
     merged = runner.invoke(main, ["merge", "a100", "l4", "--name", "fleet", "--out", str(store)])
     assert merged.exit_code == 0, merged.output
@@ -226,10 +232,10 @@ def test_engine_options_reach_the_engine_and_bad_ones_are_named(tmp_path):
 
     from fleetplan.api.cli import main
 
-    result = CliRunner().invoke(main, [
-        "profile", "--backend", "analytic", "--device", "a100", "--models", "llama-3.1-8b", "--batches", "1",
-        "--prompts", "128", "--no-progress", "--out", str(tmp_path), "--engine-option", "nonsense=1",
-    ])
+    args = "profile --backend analytic --device a100 --models llama-3.1-8b --batches 1 --prompts 128".split()
+    result = CliRunner().invoke(
+        main, [*args, "--no-progress", "--out", str(tmp_path), "--engine-option", "nonsense=1"]
+    )
     assert result.exit_code == 2
     assert "engine_option" in result.output
 
@@ -252,8 +258,10 @@ def test_simulate_a_request_and_a_saved_plan(tmp_path):
     planned = runner.invoke(main, ["plan", str(request), "--json"])
     assert planned.exit_code == 0
     saved.write_text(planned.output)
-    again = runner.invoke(main, ["simulate", str(saved), "--request", str(request), "--duration", "60",
-                                 "--warmup", "10", "--json"])
+    again = runner.invoke(
+        main,
+        ["simulate", str(saved), "--request", str(request), "--duration", "60", "--warmup", "10", "--json"],
+    )
     assert again.exit_code == 0, again.output
     assert json.loads(again.output)["predicted_goodput_rps"] == report["predicted_goodput_rps"]
     table = runner.invoke(main, ["simulate", str(request), "--duration", "30", "--warmup", "5"])
@@ -268,13 +276,17 @@ def test_simulate_plot_draws_distributions_against_the_slos(tmp_path):
 
     request = fixtures.request_path("paper")
     png = tmp_path / "dist.png"
-    result = CliRunner().invoke(main, ["simulate", str(request), "--duration", "30", "--warmup", "5", "--plot", str(png)])
+    result = CliRunner().invoke(
+        main, ["simulate", str(request), "--duration", "30", "--warmup", "5", "--plot", str(png)]
+    )
     assert result.exit_code == 0, result.output
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert png.stat().st_size > 10_000
 
 
-def test_a_bundled_request_is_taken_by_name(runner: CliRunner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_bundled_request_is_taken_by_name(
+    runner: CliRunner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """`fleetplan plan paper` plans the bundled request when no file of that name exists; a file wins."""
     monkeypatch.chdir(tmp_path)
     by_name = runner.invoke(main, ["plan", "paper", "--json"])

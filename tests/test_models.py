@@ -13,8 +13,14 @@ def body(**changes) -> dict:
     base = {
         "devices": [{"name": "gpu", "count": 2, "network_gbps": 25}, {"name": "acc", "count": 4}],
         "workloads": [
-            {"name": "a", "model": "llama-3.2-1b", "prompt_tokens": 512, "output_tokens": 64, "rate_rps": 3,
-             "slo": {"ttft_ms": 300, "tbt_ms": 40}},
+            {
+                "name": "a",
+                "model": "llama-3.2-1b",
+                "prompt_tokens": 512,
+                "output_tokens": 64,
+                "rate_rps": 3,
+                "slo": {"ttft_ms": 300, "tbt_ms": 40},
+            },
         ],
     }
     base.update(changes)
@@ -45,7 +51,11 @@ def test_round_trip_is_lossless():
     [
         ({"devices": [{"name": "gpu", "count": -1}]}, "devices[0].count", ">= 0"),
         ({"devices": [{"name": "gpu", "count": 1}, {"name": "gpu", "count": 2}]}, "devices", "duplicate"),
-        ({"links": [{"source": "gpu", "target": "tpu", "gbps": 1}]}, "links[0].target", "unknown device 'tpu'"),
+        (
+            {"links": [{"source": "gpu", "target": "tpu", "gbps": 1}]},
+            "links[0].target",
+            "unknown device 'tpu'",
+        ),
         ({"options": {"max_utilization": 1.5}}, "options.max_utilization", "<= 1"),
         ({"options": {"time_limit_s": 0}}, "options.time_limit_s", "(0, 600]"),
         ({"options": {"baseline_device": "tpu"}}, "options.baseline_device", "unknown device"),

@@ -4,7 +4,9 @@ and the solver plans from it."""
 import msgspec
 import pytest
 
-pytest.importorskip("torch", reason="the transformers engine needs the profile-cpu extra (make test installs it)")
+pytest.importorskip(
+    "torch", reason="the transformers engine needs the profile-cpu extra (make test installs it)"
+)
 
 
 def test_profile_tiny_model_then_plan_from_it(tmp_path):
@@ -16,11 +18,12 @@ def test_profile_tiny_model_then_plan_from_it(tmp_path):
     from fleetplan.solver import plan
     from fleetplan.solver.verify import verify
 
-    result = CliRunner().invoke(main, [
-        "profile", "--backend", "transformers", "--device", "cpu", "--models", "tiny-llama",
-        "--batches", "1,4", "--prompts", "16,128", "--output-tokens", "6", "--warmup", "1", "--runs", "3",
-        "--out", str(tmp_path), "--name", "tiny", "--no-progress",
-    ])
+    args = [
+        *"profile --backend transformers --device cpu --models tiny-llama".split(),
+        *"--batches 1,4 --prompts 16,128 --output-tokens 6 --warmup 1 --runs 3".split(),
+        *["--out", str(tmp_path), "--name", "tiny", "--no-progress"],
+    ]
+    result = CliRunner().invoke(main, args)
     assert result.exit_code == 0, result.output
     store = ProfileStore([bundled_root(), tmp_path])
     table = store.load("tiny")
@@ -30,8 +33,16 @@ def test_profile_tiny_model_then_plan_from_it(tmp_path):
     request = msgspec.convert(
         {
             "devices": [{"name": "cpu", "count": 2}],
-            "workloads": [{"name": "chat", "model": "tiny-llama", "prompt_tokens": 64, "output_tokens": 6,
-                           "rate_rps": 5, "slo": {"ttft_ms": 5000, "tbt_ms": 5000}}],
+            "workloads": [
+                {
+                    "name": "chat",
+                    "model": "tiny-llama",
+                    "prompt_tokens": 64,
+                    "output_tokens": 6,
+                    "rate_rps": 5,
+                    "slo": {"ttft_ms": 5000, "tbt_ms": 5000},
+                }
+            ],
             "profiles": {"set": "tiny"},
             # the served-RPS check below is the flat model's arithmetic; the queueing model's admissible
             # load depends on the spread of these noisy CPU timings

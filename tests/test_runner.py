@@ -47,8 +47,15 @@ class FakeEngine:
 
 
 def grid(**overrides: object) -> ProfileGrid:
-    fields = {"device": "cpu", "models": ["m1"], "batches": [1, 2], "prompts": [128, 256],
-              "output_tokens": 4, "warmup": 2, "runs": 3}
+    fields = {
+        "device": "cpu",
+        "models": ["m1"],
+        "batches": [1, 2],
+        "prompts": [128, 256],
+        "output_tokens": 4,
+        "warmup": 2,
+        "runs": 3,
+    }
     return convert({**fields, **overrides}, ProfileGrid)
 
 
@@ -203,8 +210,14 @@ def test_analytic_engine_set_plans(tmp_path: Path) -> None:
             ],
             "links": [{"source": "a6000ada", "target": "inf2", "gbps": 50}],
             "workloads": [
-                {"name": "chat", "model": "llama-3.2-1b", "prompt_tokens": 512, "output_tokens": 128,
-                 "rate_rps": 2.0, "slo": {"ttft_ms": 2000, "tbt_ms": 100, "percentile": 90}},
+                {
+                    "name": "chat",
+                    "model": "llama-3.2-1b",
+                    "prompt_tokens": 512,
+                    "output_tokens": 128,
+                    "rate_rps": 2.0,
+                    "slo": {"ttft_ms": 2000, "tbt_ms": 100, "percentile": 90},
+                },
             ],
             "profiles": {"set": "analytic-both"},
             "options": {"time_limit_s": 5},
@@ -246,8 +259,11 @@ def test_cli_profile_analytic_writes_a_listed_set(tmp_path: Path) -> None:
     from fleetplan.api.cli import main
 
     runner = CliRunner()
-    args = ["profile", "--backend", "analytic", "--device", "inf2", "--models", "llama-3.2-1b,llama-3.1-70b",
-            "--batches", "1,4", "--prompts", "128,512", "--out", str(tmp_path), "--name", "est", "--no-progress"]
+    args = [
+        *"profile --backend analytic --device inf2 --models llama-3.2-1b,llama-3.1-70b".split(),
+        *"--batches 1,4 --prompts 128,512".split(),
+        *["--out", str(tmp_path), "--name", "est", "--no-progress"],
+    ]
     result = runner.invoke(main, args)
     assert result.exit_code == 0, result.output
     assert "wrote profile set 'est' (4 rows" in result.stdout
@@ -273,8 +289,13 @@ def test_cli_profile_bad_input_exits_2(tmp_path: Path, extra: list[str], says: s
 
     from fleetplan.api.cli import main
 
-    base = {"--backend": "analytic", "--device": "inf2", "--models": "llama-3.2-1b", "--batches": "1",
-            "--prompts": "128"}
+    base = {
+        "--backend": "analytic",
+        "--device": "inf2",
+        "--models": "llama-3.2-1b",
+        "--batches": "1",
+        "--prompts": "128",
+    }
     for flag, value in zip(extra[::2], extra[1::2], strict=True):
         base[flag] = value
     args = ["profile", *[x for kv in base.items() for x in kv], "--out", str(tmp_path), "--no-progress"]
@@ -291,9 +312,11 @@ def test_cli_profile_interrupt_exits_130_and_resumes(tmp_path: Path, monkeypatch
 
     engines = iter([FakeEngine(interrupt_on=2 * 5 + 1), FakeEngine()])
     monkeypatch.setattr(fleetplan.profiler.engines, "get_engine", lambda name, **options: next(engines))
-    args = ["profile", "--backend", "fake", "--device", "cpu", "--models", "m1", "--batches", "1,2",
-            "--prompts", "128,256", "--output-tokens", "4", "--warmup", "2", "--runs", "3",
-            "--out", str(tmp_path), "--no-progress"]
+    args = [
+        *"profile --backend fake --device cpu --models m1 --batches 1,2 --prompts 128,256".split(),
+        *"--output-tokens 4 --warmup 2 --runs 3".split(),
+        *["--out", str(tmp_path), "--no-progress"],
+    ]
     runner = CliRunner()
     first = runner.invoke(main, args)
     assert first.exit_code == 130, first.output

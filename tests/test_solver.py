@@ -1,6 +1,5 @@
 """Solver behaviour on the bundled fixtures and on small hand-made instances, every plan verified."""
 
-
 import msgspec
 import pytest
 
@@ -55,10 +54,22 @@ def small_request(**changes) -> PlanRequest:
             {"name": "acc", "count": 4, "network_gbps": 25, "cost_per_hour": 1},
         ],
         "workloads": [
-            {"name": "a", "model": "llama-3.2-1b", "prompt_tokens": 512, "output_tokens": 64, "rate_rps": 30,
-             "slo": {"ttft_ms": 300, "tbt_ms": 40}},
-            {"name": "b", "model": "llama-3.2-1b", "prompt_tokens": 128, "output_tokens": 128, "rate_rps": 20,
-             "slo": {"ttft_ms": 100, "tbt_ms": 30}},
+            {
+                "name": "a",
+                "model": "llama-3.2-1b",
+                "prompt_tokens": 512,
+                "output_tokens": 64,
+                "rate_rps": 30,
+                "slo": {"ttft_ms": 300, "tbt_ms": 40},
+            },
+            {
+                "name": "b",
+                "model": "llama-3.2-1b",
+                "prompt_tokens": 128,
+                "output_tokens": 128,
+                "rate_rps": 20,
+                "slo": {"ttft_ms": 100, "tbt_ms": 30},
+            },
         ],
         "profiles": {"rows": rows({"gpu": (1.0, 1.0), "acc": (2.5, 0.8)})},
         "options": {"mip_rel_gap": 1e-9, "max_utilization": 0.9},
@@ -100,7 +111,9 @@ def test_scarce_gpus_fleet_wide_milp_strictly_beats_greedy():
     assert result.slo_rps > result.baselines.greedy.slo_rps * 1.01
     prefill_devices = {r.prefill.device for w in result.workloads for r in w.routes if r.prefill is not None}
     decode_devices = {r.decode.device for w in result.workloads for r in w.routes if r.decode is not None}
-    assert "a6000ada" in prefill_devices and decode_devices & {"inf2", "tpu-v5e"}, "the GPU should prefill for the accelerators"
+    assert "a6000ada" in prefill_devices and decode_devices & {"inf2", "tpu-v5e"}, (
+        "the GPU should prefill for the accelerators"
+    )
 
 
 def test_link_fixture_budget_binds_and_costs_goodput():
@@ -109,7 +122,11 @@ def test_link_fixture_budget_binds_and_costs_goodput():
     request = msgspec.structs.replace(request, options=Options(capacity_model="flat"))
     result = checked(request)
     # bandwidth budgets are planned at their headroom (the capacity model's M/D/1 cap), like instances
-    budgets = {(link.source, link.target): link.headroom * link.budget_gbps for link in result.links if link.budget_gbps}
+    budgets = {
+        (link.source, link.target): link.headroom * link.budget_gbps
+        for link in result.links
+        if link.budget_gbps
+    }
     used = {(link.source, link.target): link.gbps for link in result.links}
     cross = sum(v for (s, t), v in used.items() if s != t)
     binding = [pair for pair, cap in budgets.items() if used.get(pair, 0.0) >= cap * (1 - 1e-6)]
@@ -151,7 +168,9 @@ def test_prompt_outside_profile_is_explained_not_extrapolated():
 
 def test_unmeetable_tbt_names_the_best_device():
     request = small_request()
-    strict = msgspec.structs.replace(request.workloads[1], slo=msgspec.structs.replace(request.workloads[1].slo, tbt_ms=10))
+    strict = msgspec.structs.replace(
+        request.workloads[1], slo=msgspec.structs.replace(request.workloads[1].slo, tbt_ms=10)
+    )
     result = checked(msgspec.structs.replace(request, workloads=[request.workloads[0], strict]))
     reason = result.workloads[1].reason
     assert reason.startswith("no device meets TBT 10 ms for llama-3.2-1b at p90: best is acc")
@@ -166,8 +185,12 @@ def test_model_pooling_never_worse_than_class_pooling():
     """A theorem of the flat model (a shared pool can run any class-pooled plan). Under the queueing model
     a shared pool's headroom level takes the tightest NIC cap of the classes it may carry, so it can lose."""
     request = small_request()
-    request = msgspec.structs.replace(request, options=msgspec.structs.replace(request.options, capacity_model="flat"))
-    by_class = msgspec.structs.replace(request, options=msgspec.structs.replace(request.options, pooling="class"))
+    request = msgspec.structs.replace(
+        request, options=msgspec.structs.replace(request.options, capacity_model="flat")
+    )
+    by_class = msgspec.structs.replace(
+        request, options=msgspec.structs.replace(request.options, pooling="class")
+    )
     assert weighted(request, checked(request)) >= weighted(by_class, checked(by_class)) - 1e-6
 
 
@@ -175,14 +198,18 @@ def test_budget_per_hour_binds():
     request = small_request()
     free = checked(request)
     budget = free.cost_per_hour / 2
-    capped = msgspec.structs.replace(request, options=msgspec.structs.replace(request.options, budget_per_hour=budget))
+    capped = msgspec.structs.replace(
+        request, options=msgspec.structs.replace(request.options, budget_per_hour=budget)
+    )
     result = checked(capped)
     assert result.cost_per_hour <= budget + 1e-9
     assert result.slo_rps < free.slo_rps
 
 
 def test_cost_tie_break_uses_no_more_devices_than_needed():
-    request = small_request(devices=[{"name": "gpu", "count": 50, "kind": "gpu"}, {"name": "acc", "count": 50}])
+    request = small_request(
+        devices=[{"name": "gpu", "count": 50, "kind": "gpu"}, {"name": "acc", "count": 50}]
+    )
     result = checked(request)
     assert result.slo_rps == pytest.approx(sum(w.rate_rps for w in request.workloads), rel=1e-6)
     assert all(pool.utilization > 0 for pool in result.pools)
@@ -190,8 +217,15 @@ def test_cost_tie_break_uses_no_more_devices_than_needed():
 
 
 def test_min_cost_serves_everything_when_possible():
-    request = small_request(devices=[{"name": "gpu", "count": 60, "cost_per_hour": 3}, {"name": "acc", "count": 60, "cost_per_hour": 1}])
-    cheap = msgspec.structs.replace(request, options=msgspec.structs.replace(request.options, objective="min_cost"))
+    request = small_request(
+        devices=[
+            {"name": "gpu", "count": 60, "cost_per_hour": 3},
+            {"name": "acc", "count": 60, "cost_per_hour": 1},
+        ]
+    )
+    cheap = msgspec.structs.replace(
+        request, options=msgspec.structs.replace(request.options, objective="min_cost")
+    )
     result = checked(cheap)
     assert result.status == "optimal"
     assert all(w.unserved_rps <= 1e-6 for w in result.workloads)
@@ -201,36 +235,63 @@ def test_min_cost_serves_everything_when_possible():
 
 def test_max_min_fraction_balances_classes():
     request = small_request(devices=[{"name": "gpu", "count": 1}, {"name": "acc", "count": 1}])
-    fair = msgspec.structs.replace(request, options=msgspec.structs.replace(request.options, objective="max_min_fraction"))
+    fair = msgspec.structs.replace(
+        request, options=msgspec.structs.replace(request.options, objective="max_min_fraction")
+    )
     result = checked(fair)
     fractions = [r.served_rps / w.rate_rps for r, w in zip(result.workloads, request.workloads, strict=True)]
-    greedy_fractions = [r.served_rps / w.rate_rps for r, w in zip(checked(request).workloads, request.workloads, strict=True)]
+    greedy_fractions = [
+        r.served_rps / w.rate_rps for r, w in zip(checked(request).workloads, request.workloads, strict=True)
+    ]
     assert min(fractions) >= min(greedy_fractions) - 1e-9
 
 
 def test_no_candidates_status():
-    request = small_request(workloads=[
-        {"name": "x", "model": "llama-3.2-1b", "prompt_tokens": 512, "output_tokens": 8, "rate_rps": 1,
-         "slo": {"ttft_ms": 1, "tbt_ms": 1}},
-    ])
+    request = small_request(
+        workloads=[
+            {
+                "name": "x",
+                "model": "llama-3.2-1b",
+                "prompt_tokens": 512,
+                "output_tokens": 8,
+                "rate_rps": 1,
+                "slo": {"ttft_ms": 1, "tbt_ms": 1},
+            },
+        ]
+    )
     result = checked(request)
     assert result.status == "no_candidates"
     assert result.workloads[0].reason.startswith("no device meets TBT 1 ms")
 
 
 def test_model_without_profile_rows_is_an_input_error_naming_the_class():
-    request = small_request(workloads=[
-        {"name": "x", "model": "mistral-7b", "prompt_tokens": 512, "output_tokens": 8, "rate_rps": 1,
-         "slo": {"ttft_ms": 100, "tbt_ms": 100}},
-    ])
+    request = small_request(
+        workloads=[
+            {
+                "name": "x",
+                "model": "mistral-7b",
+                "prompt_tokens": 512,
+                "output_tokens": 8,
+                "rate_rps": 1,
+                "slo": {"ttft_ms": 100, "tbt_ms": 100},
+            },
+        ]
+    )
     with pytest.raises(ProfileMissing) as caught:
         plan(request)
     assert caught.value.field == "workloads[0].model"
 
 
 def test_catalog_kv_bytes_match_public_shapes():
-    expected = {"llama-3.2-1b": 32768, "llama-3.2-3b": 114688, "mistral-7b": 131072, "llama-2-7b": 524288,
-                "llama-3.1-8b": 131072, "llama-3.1-70b": 327680, "tiny-llama": 512}
+    expected = {
+        "llama-3.2-1b": 32768,
+        "llama-3.2-3b": 114688,
+        "mistral-7b": 131072,
+        "llama-2-7b": 524288,
+        "llama-3.1-8b": 131072,
+        "llama-3.1-70b": 327680,
+        "tiny-llama": 512,
+    }
     assert {name: spec.kv_bytes for name, spec in CATALOG.items()} == expected
 
 
@@ -268,7 +329,11 @@ def test_verify_accepts_the_plan(paper_plan):
                 workloads=[
                     msgspec.structs.replace(
                         r.workloads[0],
-                        routes=[msgspec.structs.replace(r.workloads[0].routes[0], tbt_ms=1e4, ttft_ms=1e4, prefill_ms=1e4)],
+                        routes=[
+                            msgspec.structs.replace(
+                                r.workloads[0].routes[0], tbt_ms=1e4, ttft_ms=1e4, prefill_ms=1e4
+                            )
+                        ],
                     ),
                     *r.workloads[1:],
                 ],
@@ -289,7 +354,8 @@ def test_verify_checks_latencies_against_the_profile(paper_plan):
     route = first.routes[0]
     faster = msgspec.structs.replace(route, step_ms=route.step_ms * 0.5)
     tampered = msgspec.structs.replace(
-        result, workloads=[msgspec.structs.replace(first, routes=[faster, *first.routes[1:]]), *result.workloads[1:]]
+        result,
+        workloads=[msgspec.structs.replace(first, routes=[faster, *first.routes[1:]]), *result.workloads[1:]],
     )
     with pytest.raises(PlanVerificationError, match="differ from the profile"):
         verify(request, tampered, resolve_profiles(request))
@@ -299,6 +365,10 @@ def test_inline_rows_and_stored_set_give_the_same_plan():
     request = fixture_request("paper")
     table = resolve_profiles(request)
     inline_rows = msgspec.convert(table.frame.drop(columns="source").to_dict("records"), list[dict])
-    inline = msgspec.structs.replace(request, profiles=msgspec.convert({"rows": inline_rows}, type(request.profiles)))
-    assert plan(inline, with_baselines=False).slo_rps == pytest.approx(plan(request, with_baselines=False).slo_rps, rel=1e-9)
+    inline = msgspec.structs.replace(
+        request, profiles=msgspec.convert({"rows": inline_rows}, type(request.profiles))
+    )
+    assert plan(inline, with_baselines=False).slo_rps == pytest.approx(
+        plan(request, with_baselines=False).slo_rps, rel=1e-9
+    )
     assert from_rows(inline.profiles.rows).frame.shape == table.frame.shape

@@ -44,7 +44,9 @@ def test_save_then_load_through_the_symlink(tmp_path: Path) -> None:
 def test_failed_validation_never_replaces_the_last_good_set(tmp_path: Path) -> None:
     store = ProfileStore([tmp_path])
     good = store.save("s", frame(), MANIFEST).sha256
-    with pytest.raises(ProfileMissing, match=r"ttft_ms_p90 must be finite and > 0: rows 1 \(m/d/tp1/b4/p128\)"):
+    with pytest.raises(
+        ProfileMissing, match=r"ttft_ms_p90 must be finite and > 0: rows 1 \(m/d/tp1/b4/p128\)"
+    ):
         store.save("s", frame(ttft=[10.0, -1.0]), MANIFEST)
     reread = ProfileStore([tmp_path])
     assert reread.load("s").sha256 == good and reread.manifest("s").sha256 == good
@@ -81,8 +83,8 @@ def test_a_plain_directory_set_is_read_and_can_be_replaced(tmp_path: Path) -> No
     legacy = tmp_path / "s"
     legacy.mkdir()
     frame().to_csv(legacy / "profile.csv", index=False)
-    (legacy / "manifest.json").write_text(json.dumps({**{"name": "s", "description": "old", "sha256": "0",
-                                                         "rows": 2, "generator": "hand", "created": "x"}}))
+    old = {"name": "s", "description": "old", "sha256": "0", "rows": 2, "generator": "hand", "created": "x"}
+    (legacy / "manifest.json").write_text(json.dumps(old))
     store = ProfileStore([bundled_root(), tmp_path])
     assert store.writable == tmp_path and store.manifest("s").description == "old"
     store.save("s", frame(ttft=[1.0, 2.0]), MANIFEST)

@@ -99,8 +99,12 @@ def plan_command(file: Path, as_json: bool, time_limit: float | None, plain: boo
 @main.command("serve")
 @click.option("--host", default="127.0.0.1", show_default=True, help="Interface to bind.")
 @click.option("--port", default=8000, show_default=True, type=click.IntRange(0, 65535), help="TCP port.")
-@click.option("--log-level", default="info", show_default=True,
-              type=click.Choice(["critical", "error", "warning", "info", "debug"]))
+@click.option(
+    "--log-level",
+    default="info",
+    show_default=True,
+    type=click.Choice(["critical", "error", "warning", "info", "debug"]),
+)
 def serve_command(host: str, port: int, log_level: str) -> None:
     """Serve the HTTP API (POST /plan, GET /profiles, GET /health; OpenAPI at /schema)."""
     import uvicorn
@@ -112,8 +116,13 @@ def serve_command(host: str, port: int, log_level: str) -> None:
 
 @main.command("profiles")
 @click.option("--json", "as_json", is_flag=True, help="Print the manifests as JSON.")
-@click.option("--store", "store_dir", type=click.Path(file_okay=False, path_type=Path), metavar="DIR",
-              help="A user profile store to list too (default: $FLEETPLAN_PROFILE_STORE).")
+@click.option(
+    "--store",
+    "store_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    metavar="DIR",
+    help="A user profile store to list too (default: $FLEETPLAN_PROFILE_STORE).",
+)
 def profiles_command(as_json: bool, store_dir: Path | None) -> None:
     """List the stored and bundled profile sets."""
     from fleetplan.models.codec import encode
@@ -143,30 +152,53 @@ def _int_list(text: str) -> list[str]:
 
 
 @main.command("profile")
-@click.option("--backend", required=True, metavar="NAME",
-              help="Engine: transformers, openai, vllm, neuron, jetstream or analytic (spec-sheet estimate).")
-@click.option("--device", required=True, metavar="LABEL",
-              help="Device label the rows carry (for --backend analytic: a models.hardware name, e.g. inf2).")
+@click.option(
+    "--backend",
+    required=True,
+    metavar="NAME",
+    help="Engine: transformers, openai, vllm, neuron, jetstream or analytic (spec-sheet estimate).",
+)
+@click.option(
+    "--device",
+    required=True,
+    metavar="LABEL",
+    help="Device label the rows carry (for --backend analytic: a models.hardware name, e.g. inf2).",
+)
 @click.option("--models", required=True, metavar="M1,M2", help="Comma-separated model names.")
 @click.option("--batches", required=True, metavar="B1,B2", help="Comma-separated batch sizes.")
 @click.option("--prompts", required=True, metavar="P1,P2", help="Comma-separated prompt lengths (tokens).")
 @click.option("--tp", default="1", show_default=True, metavar="T1,T2", help="Comma-separated TP degrees.")
-@click.option("--output-tokens", default=128,
-              show_default=True, type=int, help="Tokens generated per request.")
+@click.option(
+    "--output-tokens", default=128, show_default=True, type=int, help="Tokens generated per request."
+)
 @click.option("--warmup", default=20, show_default=True, type=int, help="Batches discarded per point.")
 @click.option("--runs", default=100, show_default=True, type=int, help="Batches measured per point.")
 @click.option("--name", "set_name", metavar="SET", help="Profile set name (default: <backend>-<device>).")
-@click.option("--out", required=True, type=click.Path(file_okay=False, path_type=Path), metavar="DIR",
-              help="Profile store directory the set is written into (atomically), with the resume file.")
+@click.option(
+    "--out",
+    required=True,
+    type=click.Path(file_okay=False, path_type=Path),
+    metavar="DIR",
+    help="Profile store directory the set is written into (atomically), with the resume file.",
+)
 @click.option("--endpoint", metavar="URL", help="Server address for --backend openai or jetstream.")
-@click.option("--engine-option", "engine_options", multiple=True, metavar="KEY=JSON",
-              help="Extra engine constructor argument, value as JSON or a bare string "
-                   "(e.g. model_map='{\"llama-3.1-8b\": \"meta-llama/Llama-3.1-8B\"}'); repeatable.")
+@click.option(
+    "--engine-option",
+    "engine_options",
+    multiple=True,
+    metavar="KEY=JSON",
+    help="Extra engine constructor argument, value as JSON or a bare string "
+    '(e.g. model_map=\'{"llama-3.1-8b": "meta-llama/Llama-3.1-8B"}\'); repeatable.',
+)
 @click.option("--restart", is_flag=True, help="Discard the finished points of an earlier run of this set.")
 @click.option("--description", help="Manifest description (default: the grid in words).")
 @click.option("--progress/--no-progress", default=True, show_default=True, help="Progress bar (stderr).")
-@click.option("--calibration", type=click.Path(dir_okay=False, path_type=Path), metavar="FILE",
-              help="For --backend analytic: factors fitted by `fleetplan calibrate --out FILE`.")
+@click.option(
+    "--calibration",
+    type=click.Path(dir_okay=False, path_type=Path),
+    metavar="FILE",
+    help="For --backend analytic: factors fitted by `fleetplan calibrate --out FILE`.",
+)
 def profile_command(
     backend: str,
     device: str,
@@ -196,9 +228,14 @@ def profile_command(
     from fleetplan.models.profile import ProfileGrid
 
     raw = {
-        "device": device, "models": _int_list(models), "batches": _int_list(batches),
-        "prompts": _int_list(prompts), "tp": _int_list(tp), "output_tokens": output_tokens,
-        "warmup": warmup, "runs": runs,
+        "device": device,
+        "models": _int_list(models),
+        "batches": _int_list(batches),
+        "prompts": _int_list(prompts),
+        "tp": _int_list(tp),
+        "output_tokens": output_tokens,
+        "warmup": warmup,
+        "runs": runs,
     }
     try:
         for key in ("batches", "prompts", "tp"):
@@ -292,18 +329,34 @@ def _read_calibration(path: Path) -> "Calibration":
     try:
         data = path.read_bytes()
     except OSError as error:
-        raise InputError(f"cannot read calibration file {path}: {error.strerror}", field="calibration") from error
+        raise InputError(
+            f"cannot read calibration file {path}: {error.strerror}", field="calibration"
+        ) from error
     return decode(data, Calibration)
 
 
 @main.command("calibrate")
 @click.argument("set_name", metavar="SET")
-@click.option("--store", "store_dir", type=click.Path(file_okay=False, path_type=Path), metavar="DIR",
-              help="A user profile store holding SET (default: $FLEETPLAN_PROFILE_STORE and the bundled sets).")
-@click.option("--output-tokens", default=128, show_default=True, type=int,
-              help="The output length SET was measured with (sets the decode context).")
-@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), metavar="FILE",
-              help="Write the fitted factors as JSON, for `fleetplan profile --backend analytic --calibration`.")
+@click.option(
+    "--store",
+    "store_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    metavar="DIR",
+    help="A user profile store holding SET (default: $FLEETPLAN_PROFILE_STORE and the bundled sets).",
+)
+@click.option(
+    "--output-tokens",
+    default=128,
+    show_default=True,
+    type=int,
+    help="The output length SET was measured with (sets the decode context).",
+)
+@click.option(
+    "--out",
+    type=click.Path(dir_okay=False, path_type=Path),
+    metavar="FILE",
+    help="Write the fitted factors as JSON, for `fleetplan profile --backend analytic --calibration`.",
+)
 def calibrate_command(set_name: str, store_dir: Path | None, output_tokens: int, out: Path | None) -> None:
     """Fit the analytic estimator to the measured rows of SET; print the fit error per device."""
     from fleetplan.models.codec import encode
@@ -324,8 +377,13 @@ def calibrate_command(set_name: str, store_dir: Path | None, output_tokens: int,
 @main.command("merge")
 @click.argument("sets", nargs=-1, required=True, metavar="SET...")
 @click.option("--name", "set_name", required=True, metavar="SET", help="Name of the merged set.")
-@click.option("--out", required=True, type=click.Path(file_okay=False, path_type=Path), metavar="DIR",
-              help="Store to write the merged set into (the sets are also looked up there).")
+@click.option(
+    "--out",
+    required=True,
+    type=click.Path(file_okay=False, path_type=Path),
+    metavar="DIR",
+    help="Store to write the merged set into (the sets are also looked up there).",
+)
 @click.option("--replace", is_flag=True, help="Replace an existing set of that name (after validation).")
 def merge_command(sets: tuple[str, ...], set_name: str, out: Path, replace: bool) -> None:
     """Merge profile sets from several machines into one (e.g. one per device family).
@@ -354,22 +412,39 @@ def merge_command(sets: tuple[str, ...], set_name: str, out: Path, replace: bool
         saved = store.save(set_name, merge_tables(tables), manifest, replace=replace)
     except PlannerError as error:
         _fail(error)
-    click.echo(f"wrote profile set {set_name!r} ({saved.rows} rows, sha256 {saved.sha256[:12]}) to {out / set_name}")
+    click.echo(
+        f"wrote profile set {set_name!r} ({saved.rows} rows, sha256 {saved.sha256[:12]}) to {out / set_name}"
+    )
 
 
 @main.command("simulate")
 @click.argument("file", metavar="FILE", callback=_request_path)
-@click.option("--request", "request_file", type=click.Path(dir_okay=False, path_type=Path), metavar="REQUEST",
-              help="When FILE is a Plan (the JSON of `fleetplan plan --json`): the request it was planned for.")
-@click.option("--trace", type=click.Path(dir_okay=False, path_type=Path), metavar="CSV",
-              help="Arrivals from a trace (TIMESTAMP,ContextTokens,GeneratedTokens) instead of Poisson.")
-@click.option("--duration", default=600.0, show_default=True, type=float, metavar="S", help="Simulated seconds.")
+@click.option(
+    "--request",
+    "request_file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    metavar="REQUEST",
+    help="When FILE is a Plan (the JSON of `fleetplan plan --json`): the request it was planned for.",
+)
+@click.option(
+    "--trace",
+    type=click.Path(dir_okay=False, path_type=Path),
+    metavar="CSV",
+    help="Arrivals from a trace (TIMESTAMP,ContextTokens,GeneratedTokens) instead of Poisson.",
+)
+@click.option(
+    "--duration", default=600.0, show_default=True, type=float, metavar="S", help="Simulated seconds."
+)
 @click.option("--warmup", default=60.0, show_default=True, type=float, metavar="S", help="Unmeasured start.")
 @click.option("--seed", default=0, show_default=True, type=int)
 @click.option("--rate-scale", default=1.0, show_default=True, type=float, help="Multiply every class's rate.")
 @click.option("--json", "as_json", is_flag=True, help="Print the SimulationReport as JSON.")
-@click.option("--plot", type=click.Path(dir_okay=False, path_type=Path), metavar="PNG",
-              help="Also draw TTFT/TBT distributions per class against the SLO lines (needs matplotlib).")
+@click.option(
+    "--plot",
+    type=click.Path(dir_okay=False, path_type=Path),
+    metavar="PNG",
+    help="Also draw TTFT/TBT distributions per class against the SLO lines (needs matplotlib).",
+)
 def simulate_command(
     file: Path,
     request_file: Path | None,
@@ -407,8 +482,15 @@ def simulate_command(
         if planned.status not in ("optimal", "feasible"):
             raise InputError(f"the plan's status is {planned.status!r}: nothing to simulate", field="status")
         report = simulate(
-            request, planned, resolve_profiles(request), duration_s=duration, warmup_s=warmup, seed=seed,
-            rate_scale=rate_scale, trace=trace, keep_samples=plot is not None,
+            request,
+            planned,
+            resolve_profiles(request),
+            duration_s=duration,
+            warmup_s=warmup,
+            seed=seed,
+            rate_scale=rate_scale,
+            trace=trace,
+            keep_samples=plot is not None,
         )
         if plot is not None:
             from fleetplan.api.plots import plot_latency_distributions
@@ -416,7 +498,10 @@ def simulate_command(
             plot_latency_distributions(report, plot)
             report = msgspec.structs.replace(
                 report,
-                classes=[msgspec.structs.replace(c, ttft_ms_samples=None, tbt_ms_samples=None) for c in report.classes],
+                classes=[
+                    msgspec.structs.replace(c, ttft_ms_samples=None, tbt_ms_samples=None)
+                    for c in report.classes
+                ],
             )
     except PlannerError as error:
         _fail(error)

@@ -35,7 +35,9 @@ def plot_latency_distributions(report: SimulationReport, path: Path) -> Path:
             (axes[1], c.tbt_ms_samples, c.slo_tbt_ms),
         ):
             values = np.sort(np.asarray(samples, dtype=float))
-            axis.step(values, np.arange(1, len(values) + 1) / len(values), where="post", color=colour, label=c.name)
+            axis.step(
+                values, np.arange(1, len(values) + 1) / len(values), where="post", color=colour, label=c.name
+            )
             axis.axvline(slo, color=colour, linestyle="--", linewidth=0.8)
     for axis, title in ((axes[0], "TTFT"), (axes[1], "TBT (mean gap per request)")):
         axis.set_xscale("log")

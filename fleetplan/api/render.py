@@ -88,18 +88,28 @@ def plan_report(plan: Plan) -> list[Section]:
             routes.append([w.name, share, "-", "-", "-", "-", reason])
         for i, r in enumerate(w.routes):
             first = i == 0
-            routes.append([
-                w.name if first else "",
-                share if first else "",
-                route_label(r),
-                _num(r.rps),
-                _num(r.ttft_ms, 1),
-                _num(r.tbt_ms, 1),
-                reason if first else "",
-            ])
+            routes.append(
+                [
+                    w.name if first else "",
+                    share if first else "",
+                    route_label(r),
+                    _num(r.rps),
+                    _num(r.ttft_ms, 1),
+                    _num(r.tbt_ms, 1),
+                    reason if first else "",
+                ]
+            )
     pools: list[Row] = [
-        [p.role, p.model + (f" ({p.workload})" if p.workload else ""), p.device + (f"#{p.group}" if p.group else ""),
-         str(p.tp), str(p.batch), str(p.instances), _pct(p.utilization), _pct(p.headroom)]
+        [
+            p.role,
+            p.model + (f" ({p.workload})" if p.workload else ""),
+            p.device + (f"#{p.group}" if p.group else ""),
+            str(p.tp),
+            str(p.batch),
+            str(p.instances),
+            _pct(p.utilization),
+            _pct(p.headroom),
+        ]
         for p in plan.pools
     ]
     devices: list[Row] = [[d.name, f"{d.used}/{d.available}"] for d in plan.devices]
@@ -108,7 +118,9 @@ def plan_report(plan: Plan) -> list[Section]:
     ]
     sections = [
         Section("Classes", ["class", "served/demand", "route", "rps", "TTFT ms", "TBT ms", "reason"], routes),
-        Section("Pools", ["role", "model", "device", "tp", "batch", "instances", "utilization", "headroom"], pools),
+        Section(
+            "Pools", ["role", "model", "device", "tp", "batch", "instances", "utilization", "headroom"], pools
+        ),
         Section("Devices", ["device", "used/available"], devices),
     ]
     if links:

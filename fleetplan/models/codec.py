@@ -17,7 +17,9 @@ _request_decoder = msgspec.json.Decoder(PlanRequest)
 _encoder = msgspec.json.Encoder()
 
 
-_RELATIVE_FIELD = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*(?:\[\d+\])?(?:\.[A-Za-z_][A-Za-z0-9_]*(?:\[\d+\])?)*): ")
+_RELATIVE_FIELD = re.compile(
+    r"^([A-Za-z_][A-Za-z0-9_]*(?:\[\d+\])?(?:\.[A-Za-z_][A-Za-z0-9_]*(?:\[\d+\])?)*): "
+)
 
 
 def _input_error(error: msgspec.ValidationError) -> InputError:

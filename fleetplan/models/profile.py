@@ -89,7 +89,9 @@ class ProfileGrid(Base):
 
     def points(self) -> list[tuple[str, int, int, int]]:
         """(model, tp, batch, prompt_tokens) in measuring order."""
-        return [(m, t, b, p) for m in self.models for t in self.tp for b in self.batches for p in self.prompts]
+        return [
+            (m, t, b, p) for m in self.models for t in self.tp for b in self.batches for p in self.prompts
+        ]
 
 
 class ProfileUpload(Base):

@@ -26,9 +26,7 @@ class ModelSpec(Base):
     def __post_init__(self) -> None:
         derivable = None not in (self.layers, self.kv_heads, self.head_dim)
         if self.kv_bytes_per_token is None and not derivable:
-            msg = (
-                f"kv_bytes_per_token: model {self.name!r} needs it, or layers, kv_heads and head_dim to derive it"
-            )
+            msg = f"kv_bytes_per_token: model {self.name!r} needs it, or layers, kv_heads and head_dim to derive it"
             raise ValueError(msg)
         if self.params_b is not None and not 0 < self.params_b < 1e5:
             msg = f"params_b: model {self.name!r}: must be in (0, 1e5) billions, got {self.params_b}"
@@ -81,11 +79,19 @@ CATALOG: dict[str, ModelSpec] = {
         ModelSpec(name="mistral-7b", layers=32, kv_heads=8, head_dim=128, hidden_size=4096, params_b=7.242),
         ModelSpec(name="llama-2-7b", layers=32, kv_heads=32, head_dim=128, hidden_size=4096, params_b=6.738),
         ModelSpec(name="llama-3.1-8b", layers=32, kv_heads=8, head_dim=128, hidden_size=4096, params_b=8.030),
-        ModelSpec(name="llama-3.1-70b", layers=80, kv_heads=8, head_dim=128, hidden_size=8192, params_b=70.554),
+        ModelSpec(
+            name="llama-3.1-70b", layers=80, kv_heads=8, head_dim=128, hidden_size=8192, params_b=70.554
+        ),
         # Built in memory with random weights by the transformers engine (float32, CPU): profiling tests
         # and demos run it without downloading anything.
         ModelSpec(
-            name="tiny-llama", layers=2, kv_heads=2, head_dim=16, hidden_size=64, bytes_per_element=4, params_b=0.0001
+            name="tiny-llama",
+            layers=2,
+            kv_heads=2,
+            head_dim=16,
+            hidden_size=64,
+            bytes_per_element=4,
+            params_b=0.0001,
         ),
     )
 }

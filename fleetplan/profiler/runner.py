@@ -95,9 +95,9 @@ def _header(grid: ProfileGrid, engine: Engine) -> dict[str, Any]:
 
 
 def _grid_differences(saved: dict[str, Any], current: dict[str, Any]) -> list[str]:
-    diffs = [f"engine: {saved.get('engine')!r} then, {current['engine']!r} now"] if (
-        saved.get("engine") != current["engine"]
-    ) else []
+    diffs = []
+    if saved.get("engine") != current["engine"]:
+        diffs.append(f"engine: {saved.get('engine')!r} then, {current['engine']!r} now")
     old_grid, new_grid = saved.get("grid") or {}, current["grid"]
     for key in sorted(set(old_grid) | set(new_grid)):
         if old_grid.get(key) != new_grid.get(key):

@@ -21,7 +21,9 @@ def no_candidate_reason(cand: Candidates, w: int) -> str:
     model = c["model"]
     counts = {d.name: d.count for d in request.devices}
     latency = cand.latency[cand.latency["w"] == w]
-    on_fleet = latency[[counts.get(dev, 0) >= tp for dev, tp in zip(latency["device"], latency["tp"], strict=True)]]
+    on_fleet = latency[
+        [counts.get(dev, 0) >= tp for dev, tp in zip(latency["device"], latency["tp"], strict=True)]
+    ]
     if on_fleet.empty:
         return f"no device in the fleet ({', '.join(counts)}) has profile rows for {model} with enough devices for its tp"
     in_range = on_fleet[on_fleet["in_range"]]
@@ -53,7 +55,11 @@ def shortfall_reason(
     mine = set(cand.uses.loc[cand.uses["w"] == w, "device"])
     rho = cand.link_rho
     binding = []
-    full = [f"{d.name} {d.used}/{d.available}" for d in devices if d.name in mine and d.available - d.used < _min_tp(cand, w, d.name)]
+    full = [
+        f"{d.name} {d.used}/{d.available}"
+        for d in devices
+        if d.name in mine and d.available - d.used < _min_tp(cand, w, d.name)
+    ]
     if full:
         binding.append("device capacity (" + ", ".join(full) + " in use)")
     for link in links:

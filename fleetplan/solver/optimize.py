@@ -90,7 +90,9 @@ def _lock(form: MatrixForm, name: str, sense: Sense, value: float) -> MatrixForm
     return form.with_row(f"lock_{name}", form.objectives[name], -np.inf, value + slack)
 
 
-def optimize(request: PlanRequest, cand: Candidates, stages: list[tuple[str, Sense]] | None = None) -> Outcome:
+def optimize(
+    request: PlanRequest, cand: Candidates, stages: list[tuple[str, Sense]] | None = None
+) -> Outcome:
     """Build and solve within options.time_limit_s (over all stages)."""
     options = request.options
     began = time.perf_counter()
@@ -118,7 +120,12 @@ def optimize(request: PlanRequest, cand: Candidates, stages: list[tuple[str, Sen
             if start is None:
                 start = _rounded_flows(form, cols, cand, x_lps[-1], name, sense, backend, remaining())
     result = backend.solve(
-        form, form.objectives[name], sense, time_limit_s=remaining(), mip_rel_gap=options.mip_rel_gap, start=start
+        form,
+        form.objectives[name],
+        sense,
+        time_limit_s=remaining(),
+        mip_rel_gap=options.mip_rel_gap,
+        start=start,
     )
     primary = result
     tie_break = None
@@ -171,7 +178,9 @@ def _relaxed_stages(form: MatrixForm, stages, backend, remaining) -> list[SolveR
     """The LP relaxation through every stage, each optimum locked for the next; stops at the first failure."""
     results = []
     for name, sense in stages:
-        result = backend.solve(form, form.objectives[name], sense, time_limit_s=remaining(), mip_rel_gap=0.0, relax=True)
+        result = backend.solve(
+            form, form.objectives[name], sense, time_limit_s=remaining(), mip_rel_gap=0.0, relax=True
+        )
         if result.objective is None:
             break
         results.append(result)
@@ -194,7 +203,9 @@ def _sub_mip(
     boxed.col_lo[: cols.n_pools] = np.floor(x_lps.min(axis=0) + 1e-9)
     boxed.col_hi[: cols.n_pools] = np.minimum(np.ceil(x_lps.max(axis=0) - 1e-9), form.col_hi[: cols.n_pools])
     boxed.col_lo[: cols.n_pools] = np.minimum(boxed.col_lo[: cols.n_pools], boxed.col_hi[: cols.n_pools])
-    result = backend.solve(boxed, form.objectives[name], sense, time_limit_s=time_limit_s, mip_rel_gap=mip_rel_gap)
+    result = backend.solve(
+        boxed, form.objectives[name], sense, time_limit_s=time_limit_s, mip_rel_gap=mip_rel_gap
+    )
     return result.values
 
 
@@ -213,5 +224,7 @@ def _rounded_flows(
     fixed = replace(form, col_lo=form.col_lo.copy(), col_hi=form.col_hi.copy())
     fixed.col_lo[: cols.n_pools] = x
     fixed.col_hi[: cols.n_pools] = x
-    result = backend.solve(fixed, form.objectives[name], sense, time_limit_s=time_limit_s, mip_rel_gap=0.0, relax=True)
+    result = backend.solve(
+        fixed, form.objectives[name], sense, time_limit_s=time_limit_s, mip_rel_gap=0.0, relax=True
+    )
     return result.values

@@ -21,7 +21,11 @@ from fleetplan.solver.formulation import pool_cost
 from fleetplan.solver.optimize import Outcome, optimize
 from fleetplan.solver.verify import verify
 
-_STATUS = {Termination.OPTIMAL: "optimal", Termination.FEASIBLE: "feasible", Termination.INFEASIBLE: "infeasible"}
+_STATUS = {
+    Termination.OPTIMAL: "optimal",
+    Termination.FEASIBLE: "feasible",
+    Termination.INFEASIBLE: "infeasible",
+}
 
 
 def resolve_profiles(request: PlanRequest, store: ProfileStore | None = None) -> ProfileTable:
@@ -140,14 +144,22 @@ def _workload_results(cand, routes, devices, links, cost, dropped=None) -> list[
         if dropped is not None and dropped[w] > 0:
             reason = explain.with_dropped_flow(reason, float(dropped[w]))
         results.append(
-            WorkloadResult(name=c["name"], served_rps=round(served, 9), unserved_rps=round(unserved, 9), reason=reason, routes=routes[w])
+            WorkloadResult(
+                name=c["name"],
+                served_rps=round(served, 9),
+                unserved_rps=round(unserved, 9),
+                reason=reason,
+                routes=routes[w],
+            )
         )
     return results
 
 
 def _solver_info(request: PlanRequest, outcome) -> SolverInfo:
     if outcome is None:
-        return SolverInfo(backend=request.options.solver, build_ms=0.0, solve_ms=0.0, termination="no candidates")
+        return SolverInfo(
+            backend=request.options.solver, build_ms=0.0, solve_ms=0.0, termination="no candidates"
+        )
     form = outcome.form
     return SolverInfo(
         backend=request.options.solver,

@@ -50,7 +50,11 @@ ENGINES: dict[str, tuple[str, str, str]] = {
         "TransformersEngine",
         "pip install 'fleetplan[profile-cpu]' (torch CPU build + transformers)",
     ),
-    "openai": ("fleetplan.profiler.engines.openai_engine", "OpenAIEngine", "pip install 'fleetplan[profile]' (httpx)"),
+    "openai": (
+        "fleetplan.profiler.engines.openai_engine",
+        "OpenAIEngine",
+        "pip install 'fleetplan[profile]' (httpx)",
+    ),
     "vllm": (
         "fleetplan.profiler.engines.vllm_engine",
         "VllmEngine",

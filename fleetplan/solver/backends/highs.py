@@ -37,7 +37,9 @@ def _lp(form: MatrixForm, objective: np.ndarray, sense: Sense, relax: bool) -> h
     lp.a_matrix_.value_ = csc.data
     lp.sense_ = highspy.ObjSense.kMaximize if sense is Sense.MAX else highspy.ObjSense.kMinimize
     if not relax and form.integer.any():
-        lp.integrality_ = np.where(form.integer, highspy.HighsVarType.kInteger, highspy.HighsVarType.kContinuous)
+        lp.integrality_ = np.where(
+            form.integer, highspy.HighsVarType.kInteger, highspy.HighsVarType.kContinuous
+        )
     return lp
 
 
