@@ -52,8 +52,9 @@ def sweep(values: list[float], duration_s: float, seeds: list[int]) -> list[dict
             )
             r = rows[-1]
             print(
-                f"{fixture:<12} rho {rho:.2f}  planned {r['planned_rps']:7.2f}  simulated {r['simulated_rps']:7.2f}"
-                f"  ({r['goodput_error']:+.1%})  attainment {r['attainment']:.1%} (min {r['attainment_min']:.1%})",
+                f"{fixture:<12} rho {rho:.2f}  planned {r['planned_rps']:7.2f}"
+                f"  simulated {r['simulated_rps']:7.2f}  ({r['goodput_error']:+.1%})"
+                f"  attainment {r['attainment']:.1%} (min {r['attainment_min']:.1%})",
                 flush=True,
             )
     return rows

@@ -55,7 +55,7 @@ def profile_rows(
 def synthetic_request(
     n_types: int, n_classes: int, tps: list[int], batches: list[int], seed: int
 ) -> PlanRequest:
-    """A fleet of n_types device types and n_classes classes whose SLOs are drawn around what is achievable."""
+    """A fleet of n_types device types and n_classes classes, SLOs drawn around what is achievable."""
     rng = np.random.default_rng(seed)
     specs = hardware(n_types)
     models = SMALL_MODELS + (["llama-3.1-70b"] if max(tps) >= 4 else [])

@@ -1,15 +1,16 @@
-"""Solver scaling benchmark: instances S, M, L (bench/instances.py), build and solve times, bounds, baselines.
+"""Solver scaling benchmark: instances S, M, L (bench/instances.py), build and solve times, bounds and
+baselines.
 
 Per instance and repeat:
   1. candidates and matrix built once outside any solve (sizes; build ms),
-  2. the goodput stage alone: fleetplan.solver.optimize.optimize(request, cand, [("goodput", MAX)]) (our route: LP
-     relaxation -> RENS-style sub-MIP -> full MIP seeded with its plan),
+  2. the goodput stage alone: fleetplan.solver.optimize.optimize(request, cand, [("goodput", MAX)])
+     (our route: LP relaxation -> RENS-style sub-MIP -> full MIP seeded with its plan),
   3. the same goodput MIP handed to the HiGHS backend directly, no start ("naive": plain HiGHS),
   4. the full solver.plan(request, with_baselines=True) (goodput, cost tie-break, baselines, verify).
 
 Instrumentation: while it runs, the script wraps (in this process only, never on disk) the backend that
-fleetplan.solver.optimize gets and a few pipeline functions, to time each HiGHS call and each pipeline step. The
-wrappers only read the clock; the solver's behaviour is unchanged.
+fleetplan.solver.optimize gets and a few pipeline functions, to time each HiGHS call and each pipeline
+step. The wrappers only read the clock; the solver's behaviour is unchanged.
 
     python -m bench.solver_scaling [--instances S M L] [--time-limit 10] [--repeat N] [--no-naive]
 
@@ -148,7 +149,8 @@ class Call:
 
 @dataclass
 class Probe:
-    """Times every backend call made through fleetplan.solver.optimize and the pipeline steps of solver.plan."""
+    """Times every backend call made through fleetplan.solver.optimize, and the pipeline steps of
+    solver.plan."""
 
     phase: str = "other"
     calls: list[Call] = field(default_factory=list)

@@ -1,5 +1,5 @@
-"""The issue's promise: `fleetplan profile --backend transformers` on the bundled tiny model gives a valid set,
-and the solver plans from it."""
+"""The issue's promise: `fleetplan profile --backend transformers` on the bundled tiny model gives a valid
+set, and the solver plans from it."""
 
 import msgspec
 import pytest

@@ -1,4 +1,5 @@
-"""ProfileStore.save: checked before written, swapped atomically, never replacing a good set with a bad one."""
+"""ProfileStore.save: checked before written, swapped atomically, never replacing a good set with a bad
+one."""
 
 import json
 from pathlib import Path

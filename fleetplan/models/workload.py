@@ -26,7 +26,10 @@ class ModelSpec(Base):
     def __post_init__(self) -> None:
         derivable = None not in (self.layers, self.kv_heads, self.head_dim)
         if self.kv_bytes_per_token is None and not derivable:
-            msg = f"kv_bytes_per_token: model {self.name!r} needs it, or layers, kv_heads and head_dim to derive it"
+            msg = (
+                f"kv_bytes_per_token: model {self.name!r} needs it, "
+                "or layers, kv_heads and head_dim to derive it"
+            )
             raise ValueError(msg)
         if self.params_b is not None and not 0 < self.params_b < 1e5:
             msg = f"params_b: model {self.name!r}: must be in (0, 1e5) billions, got {self.params_b}"

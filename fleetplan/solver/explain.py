@@ -25,10 +25,16 @@ def no_candidate_reason(cand: Candidates, w: int) -> str:
         [counts.get(dev, 0) >= tp for dev, tp in zip(latency["device"], latency["tp"], strict=True)]
     ]
     if on_fleet.empty:
-        return f"no device in the fleet ({', '.join(counts)}) has profile rows for {model} with enough devices for its tp"
+        return (
+            f"no device in the fleet ({', '.join(counts)}) has profile rows for {model} "
+            "with enough devices for its tp"
+        )
     in_range = on_fleet[on_fleet["in_range"]]
     if in_range.empty:
-        return f"prompt {c['prompt_tokens']} tokens is outside the profiled prompt range of {model} on every fleet device"
+        return (
+            f"prompt {c['prompt_tokens']} tokens is outside the profiled prompt range of {model} "
+            "on every fleet device"
+        )
     valid = in_range.dropna(subset=["ttft_ms", "tbt_ms"])
     if valid.empty:
         return f"no p{q} latencies profiled for {model} at prompt {c['prompt_tokens']} on the fleet's devices"
@@ -42,7 +48,8 @@ def no_candidate_reason(cand: Candidates, w: int) -> str:
     else:
         scope = ""
     return (
-        f"no colocated pool meets both TTFT {slo_ttft:g} ms and TBT {slo_tbt:g} ms for {model} at p{q}{scope}, "
+        f"no colocated pool meets both TTFT {slo_ttft:g} ms and TBT {slo_tbt:g} ms "
+        f"for {model} at p{q}{scope}, "
         f"and no prefill->decode pair meets TTFT including the KV transfer of {c['kv_gbit']:.3g} Gbit"
     )
 

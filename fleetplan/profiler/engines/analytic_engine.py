@@ -2,8 +2,8 @@
 
 It times nothing. Instead of `run_batch` the runner calls `estimate_point` (the `RowEstimator` protocol in
 profiler.runner), which evaluates profiler.analytic.estimate_rows at one grid point with the spec sheet
-`fleetplan.models.hardware.HARDWARE[device]` and the architecture `fleetplan.models.workload.CATALOG[model]`. A point where the
-model does not fit in memory gets no row (None): it is listed as missing, never filled.
+`fleetplan.models.hardware.HARDWARE[device]` and the architecture `fleetplan.models.workload.CATALOG[model]`.
+A point where the model does not fit in memory gets no row (None): it is listed as missing, never filled.
 """
 
 import platform

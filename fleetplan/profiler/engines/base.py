@@ -68,7 +68,8 @@ ENGINES: dict[str, tuple[str, str, str]] = {
     "jetstream": (
         "fleetplan.profiler.engines.jetstream_engine",
         "JetStreamEngine",
-        "JetStream / jetstream-pytorch from their GitHub sources on a TPU VM, never from PyPI (docs/profiling.md)",
+        "JetStream / jetstream-pytorch from their GitHub sources on a TPU VM, "
+        "never from PyPI (docs/profiling.md)",
     ),
     "analytic": ("fleetplan.profiler.engines.analytic_engine", "AnalyticEngine", "nothing: it is built in"),
 }

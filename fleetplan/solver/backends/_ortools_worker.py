@@ -1,12 +1,12 @@
 """The OR-Tools solve, in a process of its own: `python -P _ortools_worker.py IN.npz OUT.npz`.
 
-Run by fleetplan/solver/backends/ortools.py and by nothing else. It must never share a process with highspy: both
-ship a `libhighs.so.1` (HiGHS 1.15.1 in highspy, 1.12.0 inside ortools 9.15) and whichever loads second
-fails with an undefined symbol (docs/solvers.md). So this file imports only the standard library, numpy
-and ortools, and is started by path with `-P` rather than as `-m fleetplan.solver.backends._ortools_worker`: `-m`
-would first run `fleetplan/solver/__init__.py` (pandas, the pipeline, and whatever else the package imports some
-day), and a plain script path would put fleetplan/solver/backends/ at the front of sys.path, where `ortools.py`
-would shadow the real package.
+Run by fleetplan/solver/backends/ortools.py and by nothing else. It must never share a process with
+highspy: both ship a `libhighs.so.1` (HiGHS 1.15.1 in highspy, 1.12.0 inside ortools 9.15) and whichever
+loads second fails with an undefined symbol (docs/solvers.md). So this file imports only the standard
+library, numpy and ortools, and is started by path with `-P` rather than as
+`-m fleetplan.solver.backends._ortools_worker`: `-m` would first run `fleetplan/solver/__init__.py`
+(pandas, the pipeline, and whatever else the package imports some day), and a plain script path would put
+fleetplan/solver/backends/ at the front of sys.path, where `ortools.py` would shadow the real package.
 
 Solver: SCIP through pywraplp (CBC when this build has no SCIP), never CP-SAT, which discretises the
 continuous flow variables and reports "optimal" at a wrong objective (solver-notes.md, pitfall 2).

@@ -76,6 +76,9 @@ def get_backend(name: str) -> Backend:
     try:
         module = importlib.import_module(_BACKENDS[name])
     except ImportError as error:
-        msg = f"solver {name!r} is not installed ({error.name}); install it with: pip install 'fleetplan[{name}]'"
+        msg = (
+            f"solver {name!r} is not installed ({error.name}); "
+            f"install it with: pip install 'fleetplan[{name}]'"
+        )
         raise InputError(msg, field="options.solver") from error
     return module.BACKEND

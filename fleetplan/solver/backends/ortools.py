@@ -51,7 +51,8 @@ def ortools_installed() -> bool:
 
 
 def worker_command(source: Path, target: Path) -> list[str]:
-    """`-P`: do not put fleetplan/solver/backends/ (holding this `ortools.py`) at the front of the child's sys.path."""
+    """`-P`: do not put fleetplan/solver/backends/ (holding this `ortools.py`) at the front of the child's
+    sys.path."""
     return [sys.executable, "-P", str(WORKER), str(source), str(target)]
 
 
