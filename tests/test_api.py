@@ -134,7 +134,8 @@ def test_plan_inline_rows_routes_gpu_to_acc(client: TestClient) -> None:
     assert plan.profile_set.name == "inline"
     assert 0 < plan.slo_rps <= plan.demand_rps == 20.0
     routes = [r for w in plan.workloads for r in w.routes]
-    assert routes and all(
+    assert routes
+    assert all(
         r.prefill and r.decode and r.prefill.device == "gpu" and r.decode.device == "acc" for r in routes
     )
     assert elapsed < 5, f"POST /plan on two devices took {elapsed:.2f} s"
@@ -166,7 +167,8 @@ def test_health(client: TestClient) -> None:
     assert response.status_code == 200
     body = response.json()
     assert body["status"] == "ok"
-    assert isinstance(body["version"], str) and body["version"]
+    assert isinstance(body["version"], str)
+    assert body["version"]
 
 
 def test_profiles_list_and_manifest(client: TestClient) -> None:

@@ -45,14 +45,15 @@ def test_upload_then_list_get_and_plan(client: TestClient, root: Path) -> None:
     response = client.post("/profiles", json=upload())
     assert response.status_code == 201, response.text
     manifest = response.json()
-    assert manifest["name"] == "uploaded" and manifest["rows"] == len(ROWS)
-    assert manifest["generator"] == "POST /profiles" and manifest["sources"] == {
-        "who": "tests/test_api_profiles.py"
-    }
+    assert manifest["name"] == "uploaded"
+    assert manifest["rows"] == len(ROWS)
+    assert manifest["generator"] == "POST /profiles"
+    assert manifest["sources"] == {"who": "tests/test_api_profiles.py"}
     assert (root / "uploaded").is_symlink()
 
     listed = {s["name"]: s for s in client.get("/profiles").json()}
-    assert listed["uploaded"]["sha256"] == manifest["sha256"] and "paper" in listed
+    assert listed["uploaded"]["sha256"] == manifest["sha256"]
+    assert "paper" in listed
     assert client.get("/profiles/uploaded").json() == manifest
 
     body = inline_request()
@@ -67,7 +68,8 @@ def test_bad_row_type_names_the_field(client: TestClient, root: Path) -> None:
     rows = copy.deepcopy(ROWS)
     rows[3]["ttft_ms_p90"] = -5
     body = problem(client.post("/profiles", json=upload(rows=rows)), 400)
-    assert body["field"] == "rows[3].ttft_ms_p90" and body["detail"].startswith("rows[3].ttft_ms_p90: ")
+    assert body["field"] == "rows[3].ttft_ms_p90"
+    assert body["detail"].startswith("rows[3].ttft_ms_p90: ")
     assert not root.exists() or "uploaded" not in ProfileStore([root]).names()
 
 
@@ -91,7 +93,8 @@ def test_table_checks_name_the_rows(client: TestClient, mutate: Any, says: str) 
     rows = copy.deepcopy(ROWS)
     mutate(rows)
     body = problem(client.post("/profiles", json=upload(rows=rows)), 400)
-    assert body["field"] == "rows" and says in body["detail"], body
+    assert body["field"] == "rows", body
+    assert says in body["detail"], body
 
 
 def test_existing_name_needs_replace_and_a_bad_replacement_keeps_the_old_set(client: TestClient) -> None:

@@ -41,9 +41,11 @@ def test_plan_prints_tables(runner: CliRunner, tmp_path: Path) -> None:
     for title in ("Classes", "Pools", "Devices", "Links (Gbit/s)", "Baselines"):
         assert f"\n{title}\n" in out
     assert re.search(r"gpu/tp1/b\d -> acc/tp1/b\d", out), out
-    assert "prefill" in out and "decode" in out
+    assert "prefill" in out
+    assert "decode" in out
     assert "gpu -> acc" in out
-    assert "gpu_only (gpu)" in out and "greedy" in out
+    assert "gpu_only (gpu)" in out
+    assert "greedy" in out
 
 
 def test_plan_json_is_a_plan(runner: CliRunner, tmp_path: Path) -> None:
@@ -135,7 +137,9 @@ def test_rich_and_plain_renderers_show_the_same_rows() -> None:
     render_plain(result, plain)
     render_rich(result, rich)
     for text in (plain.getvalue(), rich.getvalue()):
-        assert "Baselines" in text and "greedy" in text and "plan / baseline" in text
+        assert "Baselines" in text
+        assert "greedy" in text
+        assert "plan / baseline" in text
 
 
 def test_profiles_lists_sets(runner: CliRunner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -143,7 +147,8 @@ def test_profiles_lists_sets(runner: CliRunner, tmp_path: Path, monkeypatch: pyt
     result = runner.invoke(main, ["profiles"])
     assert result.exit_code == 0, result.stderr
     (line,) = [row for row in result.stdout.splitlines() if row.startswith("tiny ")]
-    assert "8 rows" in line and "two devices" in line
+    assert "8 rows" in line
+    assert "two devices" in line
 
     as_json = runner.invoke(main, ["profiles", "--json"])
     assert "tiny" in [m["name"] for m in json.loads(as_json.stdout)]
@@ -159,7 +164,8 @@ def test_serve_runs_uvicorn_on_the_app(runner: CliRunner, monkeypatch: pytest.Mo
     assert result.exit_code == 0, result.stderr
     ((app, kwargs),) = calls
     assert isinstance(app, Litestar)
-    assert kwargs["host"] == "0.0.0.0" and kwargs["port"] == 8123
+    assert kwargs["host"] == "0.0.0.0"
+    assert kwargs["port"] == 8123
 
 
 def test_help_is_fast_because_imports_are_lazy() -> None:
@@ -265,7 +271,8 @@ def test_simulate_a_request_and_a_saved_plan(tmp_path):
     assert again.exit_code == 0, again.output
     assert json.loads(again.output)["predicted_goodput_rps"] == report["predicted_goodput_rps"]
     table = runner.invoke(main, ["simulate", str(request), "--duration", "30", "--warmup", "5"])
-    assert "attainment" in table.output and "1b-short" in table.output
+    assert "attainment" in table.output
+    assert "1b-short" in table.output
 
 
 def test_simulate_plot_draws_distributions_against_the_slos(tmp_path):

@@ -79,7 +79,8 @@ def test_unknown_model_and_percentile_and_misspelt_field():
     assert error_of(body(workloads=[wrong_q])).field == "workloads[0].slo.percentile"
     misspelt = {**workload, "rate_rpss": 3}
     error = error_of(body(workloads=[misspelt]))
-    assert error.field == "workloads[0]" and "rate_rpss" in error.message
+    assert error.field == "workloads[0]"
+    assert "rate_rpss" in error.message
 
 
 def test_nan_and_infinity_name_their_field():

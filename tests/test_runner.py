@@ -98,7 +98,9 @@ def test_fake_engine_run_gives_expected_percentiles(tmp_path: Path) -> None:
     engine = FakeEngine()
     result = run_grid(engine, grid(), tmp_path, "fake-cpu")
     assert len(engine.calls) == 4 * (2 + 3)  # 4 points x (warmup + runs)
-    assert result.done_now == 4 and result.resumed == 0 and not result.missing
+    assert result.done_now == 4
+    assert result.resumed == 0
+    assert not result.missing
     assert not partial_path(tmp_path, "fake-cpu").exists()
 
     store = ProfileStore([tmp_path])
@@ -113,9 +115,12 @@ def test_fake_engine_run_gives_expected_percentiles(tmp_path: Path) -> None:
             assert row["source"] == "measured:fake:cpu"
 
     manifest = store.manifest("fake-cpu")
-    assert manifest.sha256 == table.sha256 and manifest.rows == 4
-    assert manifest.sources["engine"] == "fake" and manifest.sources["device"] == "cpu"
-    assert manifest.sources["host"] == "testhost" and manifest.sources["engine.versions"] == "fake 1.0"
+    assert manifest.sha256 == table.sha256
+    assert manifest.rows == 4
+    assert manifest.sources["engine"] == "fake"
+    assert manifest.sources["device"] == "cpu"
+    assert manifest.sources["host"] == "testhost"
+    assert manifest.sources["engine.versions"] == "fake 1.0"
     assert json.loads(manifest.sources["grid"])["batches"] == [1, 2]
     assert (tmp_path / "fake-cpu").is_symlink()
 
@@ -125,16 +130,19 @@ def test_interrupt_keeps_finished_points_and_rerun_resumes(tmp_path: Path) -> No
     engine = FakeEngine(interrupt_on=2 * per_point + 1)  # dies in the third point's first batch
     with pytest.raises(RunInterrupted) as caught:
         run_grid(engine, grid(), tmp_path, "fake-cpu")
-    assert caught.value.kept == 2 and caught.value.total == 4
+    assert caught.value.kept == 2
+    assert caught.value.total == 4
     assert isinstance(caught.value, KeyboardInterrupt)
     partial = partial_path(tmp_path, "fake-cpu")
     lines = partial.read_text().splitlines()
-    assert "header" in json.loads(lines[0]) and len(lines) == 3
+    assert "header" in json.loads(lines[0])
+    assert len(lines) == 3
     assert ProfileStore([tmp_path]).names() == []  # nothing stored yet
 
     again = FakeEngine()
     result = run_grid(again, grid(), tmp_path, "fake-cpu")
-    assert result.resumed == 2 and result.done_now == 2
+    assert result.resumed == 2
+    assert result.done_now == 2
     assert len(again.calls) == 2 * per_point  # finished points were not measured again
     assert {c[2:4] for c in again.calls} == {(2, 128), (2, 256)}
     assert ProfileStore([tmp_path]).load("fake-cpu").frame.shape[0] == 4
@@ -158,7 +166,8 @@ def test_rerun_with_another_grid_names_the_difference_or_restarts(tmp_path: Path
     assert caught.value.field == "grid"
     engine = FakeEngine()
     result = run_grid(engine, grid(runs=5), tmp_path, "s", restart=True)
-    assert result.resumed == 0 and len(engine.calls) == 4 * (2 + 5)
+    assert result.resumed == 0
+    assert len(engine.calls) == 4 * (2 + 5)
 
 
 def test_failed_run_never_replaces_the_last_good_set(tmp_path: Path) -> None:
@@ -181,7 +190,8 @@ def test_monotone_warnings_name_the_rows(tmp_path: Path) -> None:
 
     result = run_grid(Backwards(), grid(), tmp_path, "s")
     text = "\n".join(result.warnings)
-    assert "ttft_ms_p50 falls as prompt_tokens grows: rows" in text and "m1/cpu/tp1/b1/p256" in text
+    assert "ttft_ms_p50 falls as prompt_tokens grows: rows" in text
+    assert "m1/cpu/tp1/b1/p256" in text
     assert "tbt_ms_p50 falls more than 20% as batch grows" in text
     assert monotone_warnings(ProfileStore([tmp_path]).load("s").frame) == result.warnings
 
@@ -320,7 +330,8 @@ def test_cli_profile_interrupt_exits_130_and_resumes(tmp_path: Path, monkeypatch
     runner = CliRunner()
     first = runner.invoke(main, args)
     assert first.exit_code == 130, first.output
-    assert "interrupted: 2 of 4 points kept in" in first.stderr and "rerun the same command" in first.stderr
+    assert "interrupted: 2 of 4 points kept in" in first.stderr
+    assert "rerun the same command" in first.stderr
     second = runner.invoke(main, args)
     assert second.exit_code == 0, second.output
     assert "2 resumed from an earlier run" in second.stdout

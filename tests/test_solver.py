@@ -111,9 +111,8 @@ def test_scarce_gpus_fleet_wide_milp_strictly_beats_greedy():
     assert result.slo_rps > result.baselines.greedy.slo_rps * 1.01
     prefill_devices = {r.prefill.device for w in result.workloads for r in w.routes if r.prefill is not None}
     decode_devices = {r.decode.device for w in result.workloads for r in w.routes if r.decode is not None}
-    assert "a6000ada" in prefill_devices and decode_devices & {"inf2", "tpu-v5e"}, (
-        "the GPU should prefill for the accelerators"
-    )
+    assert "a6000ada" in prefill_devices, "the GPU should prefill for the accelerators"
+    assert decode_devices & {"inf2", "tpu-v5e"}, "the accelerators should decode for the GPU"
 
 
 def test_link_fixture_budget_binds_and_costs_goodput():
@@ -140,7 +139,8 @@ def test_infeasible_fixture_reports_infeasible_with_reasons():
     result = checked(fixture_request("infeasible"))
     assert result.status == "infeasible"
     short = [w for w in result.workloads if w.unserved_rps > 1e-6]
-    assert short and all(w.reason for w in short)
+    assert short
+    assert all(w.reason for w in short)
 
 
 # --- formulation details ----------------------------------------------------------------------------------

@@ -35,7 +35,9 @@ MANIFEST = ProfileSetManifest(
 def test_save_then_load_through_the_symlink(tmp_path: Path) -> None:
     store = ProfileStore([tmp_path])
     saved = store.save("s", frame(), MANIFEST)
-    assert saved.name == "s" and saved.rows == 2 and len(saved.sha256) == 64
+    assert saved.name == "s"
+    assert saved.rows == 2
+    assert len(saved.sha256) == 64
     assert (tmp_path / "s").is_symlink()
     assert (tmp_path / "s").resolve().parent.name == VERSIONS
     assert store.load("s").sha256 == saved.sha256 == store.manifest("s").sha256
@@ -50,7 +52,8 @@ def test_failed_validation_never_replaces_the_last_good_set(tmp_path: Path) -> N
     ):
         store.save("s", frame(ttft=[10.0, -1.0]), MANIFEST)
     reread = ProfileStore([tmp_path])
-    assert reread.load("s").sha256 == good and reread.manifest("s").sha256 == good
+    assert reread.load("s").sha256 == good
+    assert reread.manifest("s").sha256 == good
     assert [p.name for p in (tmp_path / VERSIONS).iterdir()] == [(tmp_path / "s").resolve().name]
 
 
@@ -87,9 +90,11 @@ def test_a_plain_directory_set_is_read_and_can_be_replaced(tmp_path: Path) -> No
     old = {"name": "s", "description": "old", "sha256": "0", "rows": 2, "generator": "hand", "created": "x"}
     (legacy / "manifest.json").write_text(json.dumps(old))
     store = ProfileStore([bundled_root(), tmp_path])
-    assert store.writable == tmp_path and store.manifest("s").description == "old"
+    assert store.writable == tmp_path
+    assert store.manifest("s").description == "old"
     store.save("s", frame(ttft=[1.0, 2.0]), MANIFEST)
-    assert store.manifest("s").description == "test set" and (tmp_path / "s").is_symlink()
+    assert store.manifest("s").description == "test set"
+    assert (tmp_path / "s").is_symlink()
 
 
 def test_extra_checks_run_before_writing(tmp_path: Path) -> None:

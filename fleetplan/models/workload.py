@@ -40,7 +40,10 @@ class ModelSpec(Base):
         """KV-cache bytes one token occupies (given, or derived from the architecture)."""
         if self.kv_bytes_per_token is not None:
             return self.kv_bytes_per_token
-        assert self.layers and self.kv_heads and self.head_dim  # guaranteed by __post_init__
+        # all three are guaranteed by __post_init__
+        assert self.layers
+        assert self.kv_heads
+        assert self.head_dim
         return 2 * self.layers * self.kv_heads * self.head_dim * self.bytes_per_element
 
     def kv_gbit(self, prompt_tokens: int) -> float:
