@@ -60,7 +60,7 @@ class _Handler(BaseHTTPRequestHandler):
     disable_nagle_algorithm = True
     server: TinyServer
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's name
+    def log_message(self, format: str, *args: Any) -> None:  # the base class's parameter name
         pass  # quiet under pytest
 
     # -- plumbing ------------------------------------------------------------------------------------------
@@ -84,13 +84,13 @@ class _Handler(BaseHTTPRequestHandler):
 
     # -- routes --------------------------------------------------------------------------------------------
 
-    def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+    def do_GET(self) -> None:  # http.server's naming
         if self.path.rstrip("/") == "/v1/models":
             self._json(200, {"object": "list", "data": [{"id": TINY_MODEL, "object": "model"}]})
         else:
             self._error(404, f"no route GET {self.path}")
 
-    def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+    def do_POST(self) -> None:  # http.server's naming
         length = int(self.headers.get("content-length") or 0)
         raw = self.rfile.read(length)
         if self.path.rstrip("/") != "/v1/completions":

@@ -437,14 +437,14 @@ def test_openai_describe_records_the_servers_prefix_caching(openai_engine) -> No
     assert openai_engine.describe()["prefix_caching"] == "unknown (no /metrics)"  # the tiny server has none
 
     class Metrics(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+        def do_GET(self) -> None:  # http.server's naming
             body = (VLLM_METRICS % "False").encode() if self.path == "/metrics" else b"{}"
             self.send_response(200 if self.path == "/metrics" else 404)
             self.send_header("content-length", str(len(body)))
             self.end_headers()
             self.wfile.write(body)
 
-        def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - the base class's name
+        def log_message(self, format: str, *args: object) -> None:  # the base class's parameter name
             pass
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Metrics)
