@@ -275,12 +275,22 @@ def _colocated_rates(t: UseTable, curves: Curves) -> np.ndarray:
         hold = prefill_mean + t.steps * tbt_mean * stretch
         load = rate * hold / 1e3
         fits = (load < slots) & (stall <= stall_cap)
-        c = erlang_c(slots, np.minimum(load, slots - 1e-9))
-        wait_mean = t.share * hold / np.maximum(slots - load, 1e-9)
-        ttft = tail(grid, t.ttft_slo - tbt_mean, c, wait_mean)
+        ttft = tail(grid, t.ttft_slo - tbt_mean, *_colocated_waits(t, rate, grid, n, hold, slots))
         return fits & (ttft <= t.epsilon)
 
     return bisect_rate(ok, t.rate)
+
+
+def _colocated_waits(t: UseTable, rate, grid, n, hold, slots) -> tuple:
+    """A colocated request's two waits before its prefill ends, as `tail()` takes them: a free slot (Erlang C
+    over the b slots, each held `hold` ms) and the prefill batch already running (the batch-as-job M/G/1
+    residual of `prefill_tail`; prefill-first scheduling runs one batch at a time)."""
+    load = rate * hold / 1e3
+    slot_prob = erlang_c(slots, np.minimum(load, slots - 1e-9))
+    slot_mean = t.share * hold / np.maximum(slots - load, 1e-9)
+    mean, residual = moments(grid)
+    busy = np.clip(rate * mean / (1e3 * n), 0.0, 1.0 - 1e-9)
+    return slot_prob, slot_mean, busy, t.share * residual / (1.0 - busy)
 
 
 def md1_cap(service_ms: np.ndarray, allowance_ms: np.ndarray) -> np.ndarray:
@@ -373,10 +383,8 @@ def _predict_colocated(t: UseTable, curves: Curves, rate: np.ndarray) -> tuple[n
     stall = np.clip(rate * prefill_mean / (1e3 * n), 0.0, 1.0 - 1e-9)
     hold = prefill_mean + t.steps * tbt_mean / (1.0 - stall)
     slots = t.batch.astype(np.int64)
-    load = rate * hold / 1e3
-    c = erlang_c(slots, np.minimum(load, slots - 1e-9))
-    wait_mean = t.share * hold / np.maximum(slots - load, 1e-9)
+    waits = _colocated_waits(t, rate, grid, n, hold, slots)
     upper = 20.0 * (t.ttft_slo + t.ttft_q) + 1e3
-    ttft = bisect_limit(lambda lim: tail(grid, lim - tbt_mean, c, wait_mean), t.epsilon, upper)
-    overloaded = load >= slots
+    ttft = bisect_limit(lambda lim: tail(grid, lim - tbt_mean, *waits), t.epsilon, upper)
+    overloaded = rate * hold / 1e3 >= slots
     return np.where(overloaded, np.nan, ttft), np.where(overloaded, np.nan, t.tbt_q / (1.0 - stall))
