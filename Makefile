@@ -20,7 +20,10 @@ run: install
 	@echo "  curl -s -X POST http://$(HOST):$(PORT)/plan -H 'content-type: application/json' --data @fleetplan/fixtures/requests/paper.json"
 	$(BIN)/fleetplan serve --host $(HOST) --port $(PORT)
 
+# lint is part of the tests: ruff check (complexity rules on) and ruff format --check, then pytest
 test: install
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 	$(BIN)/python -m pytest
 
 # Build the sdist and wheel, install the wheel in a fresh venv outside the checkout, plan and serve from it
