@@ -8,10 +8,11 @@ latencies themselves are re-derived from the profile table. Used by the tests an
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-import numpy as np
+import pandas as pd
 
 from fleetplan.models.errors import PlanVerificationError
 from fleetplan.models.plan import Plan, PlanRequest, Pool, PoolRef, Route
+from fleetplan.profiler.tables import latency_at_prompt
 
 REL = 1e-6
 
@@ -24,21 +25,16 @@ def _at_most(a: float, b: float) -> bool:
     return a <= b + REL * max(1.0, abs(b))
 
 
-def _interpolated(groups, model: str, ref: PoolRef, prompt: int, column: str) -> float:
-    """np.interp over the profiled prompts of one (model, device, tp, batch); NaN outside them."""
-    rows = groups.get((model, ref.device, ref.tp, ref.batch))
-    if rows is None:
-        return float("nan")
-    xs, ys = rows["prompt_tokens"].to_numpy(float), rows[column].to_numpy(float)
-    if len(xs) == 0 or prompt < xs[0] or prompt > xs[-1]:
-        return float("nan")
-    return float(np.interp(prompt, xs, ys))
+def _interpolated(latency, model: str, ref: PoolRef, prompt: int, column: str) -> float:
+    """The profile's latency of one (model, device, tp, batch) at a prompt; NaN where it has none."""
+    row = latency.get((model, prompt, ref.device, ref.tp, ref.batch))
+    return float("nan") if row is None else float(row[column])
 
 
 def verify(request: PlanRequest, plan: Plan, table=None) -> None:
     """Raise PlanVerificationError naming every violated constraint; return None when the plan holds."""
     flows = _Flows()
-    problems = _check_classes(request, plan, _profile_groups(table), flows)
+    problems = _check_classes(request, plan, _profile_latency(request, table), flows)
     problems += _check_pools(request, plan, flows)
     used = _devices_used(plan)
     problems += _check_devices(request, plan, used)
@@ -50,12 +46,20 @@ def verify(request: PlanRequest, plan: Plan, table=None) -> None:
         raise PlanVerificationError("; ".join(problems[:20]) + more)
 
 
-def _profile_groups(table) -> dict | None:
-    """The profile rows per (model, device, tp, batch), sorted by prompt; None without a table."""
+def _profile_latency(request: PlanRequest, table) -> dict | None:
+    """Each class's profiled latencies at its prompt, per (model, prompt, device, tp, batch), from the one
+    latency-at-prompt interpolator (`profiler.tables.latency_at_prompt`); None without a table."""
     if table is None:
         return None
-    frame = table.frame.sort_values("prompt_tokens", kind="stable")
-    return dict(tuple(frame.groupby(["model", "device", "tp", "batch"], sort=False)))
+    queries = pd.DataFrame(
+        {
+            "model": [w.model for w in request.workloads],
+            "prompt_tokens": [w.prompt_tokens for w in request.workloads],
+        }
+    ).drop_duplicates()
+    rows = latency_at_prompt(table.frame, queries)
+    keys = zip(rows["model"], rows["prompt_tokens"], rows["device"], rows["tp"], rows["batch"], strict=True)
+    return dict(zip(keys, rows.to_dict("records"), strict=True))
 
 
 def _pool_key(owner: str, role: str, ref: PoolRef | Pool) -> tuple:
@@ -91,7 +95,7 @@ class _Flows:
         self.link_traffic[(p.device, d.device)] += route.rps * kv_gbit
 
 
-def _check_classes(request: PlanRequest, plan: Plan, groups, flows: _Flows) -> list[str]:
+def _check_classes(request: PlanRequest, plan: Plan, latency, flows: _Flows) -> list[str]:
     """Every class listed once, served + unserved = demand, and every route; adds the routes to `flows`."""
     problems: list[str] = []
     specs = request.model_specs()
@@ -114,7 +118,7 @@ def _check_classes(request: PlanRequest, plan: Plan, groups, flows: _Flows) -> l
         owner = w.name if by_class else w.model
         kv = specs[w.model].kv_gbit(w.prompt_tokens)
         for route in result.routes:
-            problems += _check_route(request, w, route, groups)
+            problems += _check_route(request, w, route, latency)
             flows.add_route(owner, w.output_tokens, route, kv)
             if route.colocated is None and not _close(route.kv_gbps, route.rps * kv):
                 problems.append(
@@ -229,7 +233,7 @@ def _check_objective(request: PlanRequest, plan: Plan) -> list[str]:
     return problems
 
 
-def _check_route(request: PlanRequest, w, route: Route, groups) -> list[str]:
+def _check_route(request: PlanRequest, w, route: Route, latency) -> list[str]:
     """SLOs, transfer time and (with a table) the latencies of one route."""
     problems = []
     colocated = route.colocated is not None
@@ -253,12 +257,12 @@ def _check_route(request: PlanRequest, w, route: Route, groups) -> list[str]:
     # (faster than prefill_ms, the full-batch service time): it is bounded by the SLO, not by prefill_ms
     if not _close(route.kv_transfer_ms, expected_kv_ms) or not _at_most(route.kv_transfer_ms, route.ttft_ms):
         problems.append(f"{w.name}: KV transfer {route.kv_transfer_ms} ms, expected {expected_kv_ms} ms")
-    if groups is not None:
+    if latency is not None:
         q = w.slo.percentile
         prefill_ref = route.colocated if colocated else route.prefill
         decode_ref = route.colocated if colocated else route.decode
-        ttft = _interpolated(groups, w.model, prefill_ref, w.prompt_tokens, f"ttft_ms_p{q}")
-        tbt = _interpolated(groups, w.model, decode_ref, w.prompt_tokens, f"tbt_ms_p{q}")
+        ttft = _interpolated(latency, w.model, prefill_ref, w.prompt_tokens, f"ttft_ms_p{q}")
+        tbt = _interpolated(latency, w.model, decode_ref, w.prompt_tokens, f"tbt_ms_p{q}")
         if not (_close(ttft, route.prefill_ms) and _close(tbt, route.step_ms)):
             problems.append(
                 f"{w.name}: route latencies ({route.prefill_ms}, {route.step_ms}) "
