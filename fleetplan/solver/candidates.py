@@ -401,7 +401,7 @@ def headroom_levels(
     options = request.options
     if options.capacity_model == "flat":
         rho = flat_headroom(options)
-        return uses.assign(rho=rho, nic_rho=1.0, kv_slack_ms=0.0)  # v1: NIC rows are not derated
+        return uses.assign(rho=rho, nic_rho=1.0, kv_slack_ms=0.0, nic_u=0.0)  # v1: NIC rows not derated
     uses = admissible_loads(uses, classes, table, options)
     # once more over the uses that remain: a class that can never use a pool shape (its SLO is out of
     # reach there) no longer lengthens the FIFO waits (share, kv_share) of those that can
@@ -428,7 +428,7 @@ def admissible_loads(
     if options.max_utilization is not None:
         rho, nic = np.minimum(rho, options.max_utilization), np.minimum(nic, options.max_utilization)
     rho = np.floor(rho / LEVEL_STEP + 1e-9) * LEVEL_STEP
-    uses = uses.assign(kv_slack_ms=t.kv_slack_ms, use_rho=rho, nic_rho=nic)
+    uses = uses.assign(kv_slack_ms=t.kv_slack_ms, nic_u=t.nic_u, use_rho=rho, nic_rho=nic)
     return uses[(rho >= capacity.RHO_MIN) & usable].reset_index(drop=True)
 
 
@@ -473,11 +473,19 @@ def predicted_latency(
     cand: Candidates, uses: pd.DataFrame, rate: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
     """(TTFT, TBT) at the SLO percentile of `uses` when one instance takes `rate` requests/s of each
-    (capacity.predict: the same queueing model that set the admissible loads)."""
+    (capacity.predict: the same queueing model that set the admissible loads, at the class's percentile
+    itself rather than the margin it was planned at)."""
     if uses.empty or cand.table is None:
         return np.full(len(uses), np.nan), np.full(len(uses), np.nan)
     uses = uses.reset_index(drop=True)
-    t = dataclasses.replace(use_table(uses, cand.classes), kv_slack_ms=uses["kv_slack_ms"].to_numpy(float))
+    t = use_table(uses, cand.classes)
+    t = dataclasses.replace(
+        t,
+        # reported at the class's own percentile (planned at TAIL_MARGIN of its tail probability)
+        epsilon=t.epsilon / capacity.TAIL_MARGIN,
+        kv_slack_ms=uses["kv_slack_ms"].to_numpy(float),
+        nic_u=uses["nic_u"].to_numpy(float),
+    )
     return capacity.predict(t, percentile_curves(uses, cand.classes, cand.table), rate)
 
 

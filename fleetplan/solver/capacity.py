@@ -146,16 +146,31 @@ def batch_fixed_point(
 # --- prefill ----------------------------------------------------------------------------------------------
 
 
+def batch_wait(rate, curves, batch, n, grid, share=1.0) -> tuple[np.ndarray, np.ndarray]:
+    """(probability, conditional mean ms) of waiting for the prefill batch in progress, batches of n* forming.
+
+    The instance is busy with probability U = rate E[S(n*)] / n* (identically 1 while n* is strictly
+    between 1 and b: greedy batching keeps a loaded server busy). A request then waits the batch's mean
+    residual r_b = E[S^2] / (2 E[S]), stretched by 1 / (1 - rho_b) for the queue that builds only once
+    batches are full, rho_b = rate E[S(b)] / b (the load against full-batch capacity). At b = 1 this is
+    Pollaczek-Khinchine; with b > 1 it keeps the batching gain that U alone would lose."""
+    mean, residual = moments(grid)
+    busy = np.clip(rate * mean / (1e3 * n), 0.0, 1.0)
+    full_mean, _ = moments(service_grid(curves.at("ttft", batch)))
+    rho_b = rate * full_mean / (1e3 * batch)
+    wait = share * residual / np.maximum(1.0 - rho_b, 1e-9)
+    return np.where(rho_b < 1.0, busy, 1.0), np.where(rho_b < 1.0, wait, np.inf)
+
+
 def prefill_tail(rate, curves, batch, limit_ms, kv=None, share=1.0):
     """P(TTFT > limit) for one prefill instance at `rate` requests/s (batch-as-job M/G/1), with the KV
     queueing wait `kv` = (probability, conditional mean) added where the KV cache moves."""
     n = batch_fixed_point(rate, curves, batch, np.zeros_like(rate))
     grid = service_grid(curves.at("ttft", n))
-    mean, residual = moments(grid)
-    busy = np.clip(rate * mean / (1e3 * n), 0.0, 1.0)
+    busy, wait = batch_wait(rate, curves, batch, n, grid, share)
     kv_prob, kv_mean = kv if kv is not None else (None, None)
-    prob = tail(grid, limit_ms, busy, share * residual / np.maximum(1.0 - busy, 1e-9), kv_prob, kv_mean)
-    return np.where(busy >= 1.0, 1.0, prob)
+    prob = tail(grid, limit_ms, busy, np.where(np.isfinite(wait), wait, 1e12), kv_prob, kv_mean)
+    return np.where(np.isfinite(wait), prob, 1.0)
 
 
 def prefill_admissible(curves, batch, limit_ms, epsilon, full_rate, kv=None, share=1.0):
@@ -204,6 +219,8 @@ class UseTable:
     share: np.ndarray
     # >= 1: the longest KV transfer that may hold the same NICs (classes sharing its pool shape), over its own
     kv_share: np.ndarray
+    # NIC utilization cap per use (nic_utilization); None: the M/D/1 mean-wait cap alone
+    nic_u: np.ndarray | None = None
 
 
 def with_kv_reserve(t: UseTable, curves: Curves) -> UseTable:
@@ -213,7 +230,9 @@ def with_kv_reserve(t: UseTable, curves: Curves) -> UseTable:
     service a lightly loaded instance gives; the prefill queue's own admissible load is then found with
     these KV waits inside the tail). A decode use (whose source is not known) gets the smallest reserve
     among its class's prefill uses."""
-    column = np.select([t.epsilon >= 0.05 * TAIL_MARGIN, t.epsilon >= 0.005 * TAIL_MARGIN], [1, 2], 0)
+    # the class's own percentile column (p50, p90, p99) from its planned tail probability
+    p50, p90 = t.epsilon >= 0.5 * TAIL_MARGIN * (1 - 1e-9), t.epsilon >= 0.05 * TAIL_MARGIN
+    column = np.select([p50, p90], [0, 1], 2)
     single = curves.at("ttft", np.ones(len(t.rate)))
     single = np.where(
         np.isfinite(single[np.arange(len(column)), column]), single[np.arange(len(column)), column], t.ttft_q
@@ -227,7 +246,29 @@ def with_kv_reserve(t: UseTable, curves: Curves) -> UseTable:
     decode = (t.role == "decode") & (t.t_kv > 0)
     slack = np.where(prefill, slack, np.where(decode, by_class[t.w], 0.0))
     slack = np.where(np.isfinite(slack), slack, 0.0)
-    return dataclasses.replace(t, kv_slack_ms=slack)
+    t = dataclasses.replace(t, kv_slack_ms=slack)
+    return dataclasses.replace(t, nic_u=nic_utilization(t, curves))
+
+
+def nic_utilization(t: UseTable, curves: Curves) -> np.ndarray:
+    """The utilization each use allows its NICs: the M/D/1 cap whose mean wait fits the NIC's third of the KV
+    reserve, lowered for a prefill use until the KV waits alone (both NICs at that cap, a single request's
+    prefill) take at most half of its tail probability: at p99 a KV wait sized by its mean could alone
+    break the percentile, and the prefill queue would then be admitted no load at all."""
+    u = np.where(t.t_kv > 0, md1_cap(t.t_kv * t.kv_share, t.kv_slack_ms / KV_SERVERS), 0.0)
+    pre = (t.role == "prefill") & (t.t_kv > 0)
+    if not pre.any():
+        return u
+    s = _subset(t, pre)
+    grid = service_grid(_subset_curves(curves, pre).at("ttft", np.ones(len(s.rate))))
+    limit = s.ttft_slo - s.t_kv - s.kv_slack_ms / KV_SERVERS
+
+    def ok(x):
+        return tail(grid, limit, *_two_nic_wait(x, s.t_kv * s.kv_share)) <= 0.5 * s.epsilon
+
+    out = u.copy()
+    out[pre] = np.where(ok(u[pre]), u[pre], bisect_rate(ok, u[pre]))
+    return out
 
 
 def rates(t: UseTable, curves: Curves) -> np.ndarray:
@@ -275,22 +316,21 @@ def _colocated_rates(t: UseTable, curves: Curves) -> np.ndarray:
         hold = prefill_mean + t.steps * tbt_mean * stretch
         load = rate * hold / 1e3
         fits = (load < slots) & (stall <= stall_cap)
-        ttft = tail(grid, t.ttft_slo - tbt_mean, *_colocated_waits(t, rate, grid, n, hold, slots))
+        ttft = tail(grid, t.ttft_slo - tbt_mean, *_colocated_waits(t, curves, rate, grid, n, hold, slots))
         return fits & (ttft <= t.epsilon)
 
     return bisect_rate(ok, t.rate)
 
 
-def _colocated_waits(t: UseTable, rate, grid, n, hold, slots) -> tuple:
+def _colocated_waits(t: UseTable, curves, rate, grid, n, hold, slots) -> tuple:
     """A colocated request's two waits before its prefill ends, as `tail()` takes them: a free slot (Erlang C
-    over the b slots, each held `hold` ms) and the prefill batch already running (the batch-as-job M/G/1
-    residual of `prefill_tail`; prefill-first scheduling runs one batch at a time)."""
+    over the b slots, each held `hold` ms) and the prefill batch already running (`batch_wait`, as for a
+    prefill instance; prefill-first scheduling runs one batch at a time)."""
     load = rate * hold / 1e3
     slot_prob = erlang_c(slots, np.minimum(load, slots - 1e-9))
     slot_mean = t.share * hold / np.maximum(slots - load, 1e-9)
-    mean, residual = moments(grid)
-    busy = np.clip(rate * mean / (1e3 * n), 0.0, 1.0 - 1e-9)
-    return slot_prob, slot_mean, busy, t.share * residual / (1.0 - busy)
+    busy, wait = batch_wait(rate, curves, t.batch, n, grid, t.share)
+    return slot_prob, slot_mean, busy, np.where(np.isfinite(wait), wait, 1e12)
 
 
 def md1_cap(service_ms: np.ndarray, allowance_ms: np.ndarray) -> np.ndarray:
@@ -301,12 +341,19 @@ def md1_cap(service_ms: np.ndarray, allowance_ms: np.ndarray) -> np.ndarray:
 
 
 def kv_wait(t: UseTable) -> tuple[np.ndarray, np.ndarray]:
-    """(probability, conditional mean ms) of the KV queueing wait of a use, its two NICs at their caps:
-    each a FIFO server at utilization u whose longest transfer is D = t_kv x kv_share (waits with
-    probability u, mean residual at most D / 2 over 1 - u); the two are merged into one zero-or-exponential
-    wait with the same mean."""
-    longest = t.t_kv * t.kv_share
-    u = np.where(t.t_kv > 0, md1_cap(longest, t.kv_slack_ms / KV_SERVERS), 0.0)
+    """(probability, conditional mean ms) of the KV queueing wait of a use, its two NICs at their caps."""
+    return _two_nic_wait(_nic_u(t), t.t_kv * t.kv_share)
+
+
+def _nic_u(t: UseTable) -> np.ndarray:
+    if t.nic_u is not None:
+        return t.nic_u
+    return np.where(t.t_kv > 0, md1_cap(t.t_kv * t.kv_share, t.kv_slack_ms / KV_SERVERS), 0.0)
+
+
+def _two_nic_wait(u: np.ndarray, longest: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Two FIFO servers at utilization u whose longest transfer is D: each waits with probability u, mean
+    residual at most D / 2 over 1 - u; merged into one zero-or-exponential wait with the same mean."""
     prob = 1.0 - (1.0 - u) ** 2
     mean_total = 2.0 * u * (longest / 2.0) / np.maximum(1.0 - u, 1e-9)
     return prob, np.where(prob > 0, mean_total / np.maximum(prob, 1e-12), 0.0)
@@ -318,14 +365,15 @@ def nic_caps(t: UseTable) -> tuple[np.ndarray, np.ndarray]:
     The cap is the M/D/1 utilization at which the mean wait stays within the NIC's share of the KV
     reserve, scaled by min_bw / own_bw because a transfer holds the NIC for kv / min(both ends). A use
     whose NICs could only run below NIC_FLOOR of their time would throttle its pool: it is not usable."""
-    cap = np.where(t.t_kv > 0, md1_cap(t.t_kv * t.kv_share, t.kv_slack_ms / KV_SERVERS), 1.0)
+    cap = np.where(t.t_kv > 0, _nic_u(t), 1.0)
     with np.errstate(invalid="ignore", divide="ignore"):
         ratio = np.where(np.isfinite(t.own_bw) & np.isfinite(t.min_bw), t.min_bw / t.own_bw, 1.0)
     return cap * np.clip(ratio, 0.0, 1.0), cap >= NIC_FLOOR
 
 
 def _subset(t: UseTable, mask: np.ndarray) -> UseTable:
-    return UseTable(**{name: getattr(t, name)[mask] for name in t.__dataclass_fields__})
+    fields = {name: getattr(t, name) for name in t.__dataclass_fields__}
+    return UseTable(**{name: None if value is None else value[mask] for name, value in fields.items()})
 
 
 def _subset_curves(curves: Curves, mask: np.ndarray) -> Curves:
@@ -383,7 +431,7 @@ def _predict_colocated(t: UseTable, curves: Curves, rate: np.ndarray) -> tuple[n
     stall = np.clip(rate * prefill_mean / (1e3 * n), 0.0, 1.0 - 1e-9)
     hold = prefill_mean + t.steps * tbt_mean / (1.0 - stall)
     slots = t.batch.astype(np.int64)
-    waits = _colocated_waits(t, rate, grid, n, hold, slots)
+    waits = _colocated_waits(t, curves, rate, grid, n, hold, slots)
     upper = 20.0 * (t.ttft_slo + t.ttft_q) + 1e3
     ttft = bisect_limit(lambda lim: tail(grid, lim - tbt_mean, *waits), t.epsilon, upper)
     overloaded = rate * hold / 1e3 >= slots
