@@ -127,8 +127,10 @@ class Route(Base):
 
     `ttft_ms` and `tbt_ms` are the capacity model's predictions at the class's SLO percentile with the
     waits included (queue, batch formation, decode slots, KV queues) at the plan's load; `prefill_ms`,
-    `kv_transfer_ms` and `step_ms` are the service times alone (profile at the percentile, full batch), so
-    `ttft_ms` >= `prefill_ms` + `kv_transfer_ms` and `tbt_ms` >= `step_ms`. `kv_gbps` is the KV traffic.
+    `kv_transfer_ms` and `step_ms` are the service times alone (profile at the percentile, *full* batch).
+    At light load batches are partial and faster, so `ttft_ms` may be below `prefill_ms`; it is at least
+    `kv_transfer_ms` and at most the SLO. Under the flat model `ttft_ms = prefill_ms + kv_transfer_ms` and
+    `tbt_ms = step_ms`. `kv_gbps` is the KV traffic.
     """
 
     prefill: PoolRef | None

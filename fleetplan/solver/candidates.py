@@ -438,7 +438,7 @@ LINK_FLOOR = 0.3  # a prefill use that could send over a link budget only below 
 def link_headroom(uses: pd.DataFrame, request: PlanRequest) -> tuple[pd.DataFrame, dict]:
     """Headroom of each link budget (and of kv_budget_gbps, key None), and the uses that may cross them.
 
-    flat: max_utilization. queueing: the M/D/1 cap of the tightest prefill use that sends over it; a use
+    flat: max_utilization. queueing: the tightest link_cap of the prefill uses that send over it; a use
     whose own cap is below LINK_FLOOR would throttle everyone's budget, so it may not send there."""
     options = request.options
     budgets = {(link.source, link.target): link.gbps for link in request.links}
@@ -448,6 +448,7 @@ def link_headroom(uses: pd.DataFrame, request: PlanRequest) -> tuple[pd.DataFram
         rho = flat_headroom(options)
         return uses, dict.fromkeys(budgets, rho)
     out, dropped = {}, np.zeros(len(uses), dtype=bool)
+    percentile = np.array([w.slo.percentile for w in request.workloads], dtype=float)
     prefill = (uses["role"] == "prefill").to_numpy()
     source, target = uses["device"].to_numpy(), uses["key"].to_numpy()
     for key, gbps in budgets.items():
@@ -458,9 +459,10 @@ def link_headroom(uses: pd.DataFrame, request: PlanRequest) -> tuple[pd.DataFram
         # a FIFO link: every sender's wait is set by the longest transfer that may cross it
         hold = 1e3 * uses["kv_gbit"].to_numpy(float)[crossing] / max(gbps, 1e-9)
         allowance = uses["kv_slack_ms"].to_numpy(float)[crossing] / capacity.KV_SERVERS
+        epsilon = capacity.TAIL_MARGIN * (1.0 - percentile[uses["w"].to_numpy()[crossing]] / 100.0)
         kept = np.ones(len(hold), dtype=bool)
         for _ in range(2):  # once more without the senders the longest transfer pushed out
-            caps = capacity.md1_cap(np.full(len(hold), hold[kept].max(initial=0.0)), allowance)
+            caps = capacity.link_cap(np.full(len(hold), hold[kept].max(initial=0.0)), allowance, epsilon)
             if options.max_utilization is not None:
                 caps = np.minimum(caps, options.max_utilization)
             kept = kept & (caps >= LINK_FLOOR)
