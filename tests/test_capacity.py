@@ -9,6 +9,7 @@ UseTable/Curves. The end-to-end tests plan tiny requests with the default queuei
 the simulator: the promise is that every served class meets its SLO percentile on seeds 0-2.
 """
 
+import dataclasses
 import math
 from collections.abc import Callable
 
@@ -891,3 +892,85 @@ def test_route_predictions_lie_between_the_bare_service_and_the_slo(planned, kin
             assert route.ttft_ms <= workload.slo.ttft_ms * (1 + 1e-9)
             assert route.step_ms <= route.tbt_ms * (1 + 1e-9)
             assert route.tbt_ms <= workload.slo.tbt_ms * (1 + 1e-9)
+
+
+# --- tail-aware caps: links and the NIC utilization of prefill uses ---------------------------------------
+
+
+def test_link_cap_keeps_mean_wait_and_tail_beyond_the_allowance():
+    hold = np.array([38.0, 38.0, 2.0, 38.0])
+    allowance = np.array([12.5, 12.5, 12.5, 400.0])
+    epsilon = np.array([0.05, 0.005, 0.005, 0.005])
+    got = capacity.link_cap(hold, allowance, epsilon)
+    for u, d, a, e in zip(got, hold, allowance, epsilon, strict=True):
+        assert md1_mean_wait(u, d) <= a * (1 + 1e-9)
+        beyond = u * math.exp(-a * (1 - u) / (d / 2))  # zero-or-exponential wait, mean matched
+        assert beyond <= 0.5 * e * (1 + 1e-9)
+        # the cap is the largest such u: one of the two bounds is tight
+        tight_mean = math.isclose(md1_mean_wait(u, d), a, rel_tol=1e-6)
+        tight_tail = math.isclose(beyond, 0.5 * e, rel_tol=1e-6)
+        assert tight_mean or tight_tail
+    assert got[1] < got[0]  # a p99 tail allows less than a p90 one on the same link
+    assert got[1] < 0.05 * md1_cap_ref(38.0, 12.5)  # far below the mean-sized cap: 38 ms transfers ahead
+    assert got[2] > got[1]  # short transfers queue less
+    assert got[3] > got[1]  # more slack on the same link allows more
+    # the mean-matched exponential's tail beyond the allowance is >= u / e at the mean-sized cap, so for
+    # any percentile above p60 the tail is what binds
+    assert got[3] < md1_cap_ref(38.0, 400.0)
+
+
+def test_batch_wait_keeps_the_batching_gain():
+    """Between 1 and b the instance is always busy, yet the wait is one batch residual, stretched only by
+    the load against full-batch capacity: S(1) = 10 ms, S(4) = 12 ms, at 200 requests/s rho_b = 0.6."""
+    cv = curves([1.0, 4.0], [flat(10.0), flat(12.0)], [flat(5.0), flat(5.0)])
+    rate = np.array([200.0])
+    n = capacity.batch_fixed_point(rate, cv, np.array([4.0]), np.zeros(1))
+    grid = capacity.service_grid(cv.at("ttft", n))
+    prob, wait = capacity.batch_wait(rate, cv, np.array([4.0]), n, grid)
+    service = 10.0 + 2.0 * (n[0] - 1) / 3.0  # linear between the profiled batches
+    assert n[0] == pytest.approx(rate[0] * service / 1e3, rel=1e-6)  # the batch that forms during one
+    assert prob[0] == pytest.approx(1.0)
+    assert wait[0] == pytest.approx((service / 2.0) / (1.0 - 200.0 * 12.0 / 4e3), rel=1e-6)
+    # beyond full-batch capacity no finite wait
+    over = np.array([400.0])
+    n_over = capacity.batch_fixed_point(over, cv, np.array([4.0]), np.zeros(1))
+    _, wait_over = capacity.batch_wait(
+        over, cv, np.array([4.0]), n_over, capacity.service_grid(cv.at("ttft", n_over))
+    )
+    assert np.isinf(wait_over[0])
+
+
+def _kv_prefill(n: int, **fields) -> tuple[capacity.UseTable, capacity.Curves]:
+    cv = curves([1.0], [flat(30.0)], [flat(5.0)], n=n)
+    base = {
+        "role": "prefill",
+        "batch": 1.0,
+        "rate": 1e3 / 30.0,
+        "ttft_q": 30.0,
+        "own_bw": 25.0,
+        "min_bw": 25.0,
+    }
+    return use_table(n, **{**base, **fields}), cv
+
+
+def test_nic_utilization_trades_nic_cap_for_prefill_load_at_p99():
+    """A p99 use whose KV waits at the mean-sized NIC cap alone break its tail: the mean cap would admit it
+    no prefill load; the chosen utilization carries more (and stays at or above NIC_FLOOR)."""
+    t, cv = _kv_prefill(
+        2, ttft_slo=[600.0, 600.0], epsilon=[0.005, 0.05], t_kv=[56.0, 56.0], kv_share=[2.0, 1.0]
+    )
+    t = capacity.with_kv_reserve(t, cv)
+    mean_cap = capacity.md1_cap(t.t_kv * t.kv_share, t.kv_slack_ms / capacity.KV_SERVERS)
+    chosen = t.nic_u
+    at_mean = dataclasses.replace(t, nic_u=mean_cap)
+    rate_at_mean = capacity.rates(at_mean, cv)
+    rate_chosen = capacity.rates(t, cv)
+    carried_at_mean = np.minimum(rate_at_mean, mean_cap * 1e3 / t.t_kv)
+    carried = np.minimum(rate_chosen, chosen * 1e3 / t.t_kv)
+    assert rate_at_mean[0] == pytest.approx(0.0, abs=1e-6)  # the mean cap leaves the p99 use nothing
+    assert chosen[0] < mean_cap[0]
+    assert chosen[0] >= capacity.NIC_FLOOR
+    assert carried[0] > 0.0
+    assert np.all(carried >= carried_at_mean * (1 - 1e-9))  # never worse than the mean cap
+    # the p90 use, whose KV waits fit at the mean cap, keeps it unless a lower one carries more
+    assert chosen[1] <= mean_cap[1]
