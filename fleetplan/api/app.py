@@ -16,12 +16,12 @@ from typing import Annotated, Any
 import anyio
 import anyio.to_thread
 import msgspec
-from litestar import Litestar, get, post
+from litestar import Litestar, Request, get, post
 from litestar.datastructures import State
 from litestar.dto import AbstractDTO
 from litestar.dto.data_structures import DTOFieldDefinition
 from litestar.enums import RequestEncodingType
-from litestar.exceptions import NotFoundException
+from litestar.exceptions import HTTPException, NotFoundException
 from litestar.openapi import OpenAPIConfig, ResponseSpec
 from litestar.openapi.spec import Reference, Schema
 from litestar.params import Body, Parameter, QueryParameter
@@ -99,6 +99,7 @@ def _problems(*statuses: int) -> dict[int, ResponseSpec]:
     described = {
         400: "The body does not decode or breaks a rule; `field` names the offending input.",
         409: "A profile set of that name exists; send ?replace=true to replace it.",
+        415: "The body is not declared as JSON (content-type application/json or a +json type).",
         422: "A profile set, or profile rows the request needs, do not exist.",
         500: "A planner bug (a plan failed verification, or an unexpected error); logged.",
         503: "The solver gave no plan within the time limit (POST /plan), or no writable profile store is "
@@ -117,7 +118,7 @@ def _problems(*statuses: int) -> dict[int, ResponseSpec]:
     return_dto=None,
     summary="Plan a fleet",
     description="Decode a PlanRequest, solve the placement MILP, verify the plan, and return it.",
-    responses=_problems(400, 422, 500, 503),
+    responses=_problems(400, 415, 422, 500, 503),
     tags=["planning"],
 )
 async def post_plan(
@@ -185,7 +186,7 @@ def get_profile(
         "writable profile store; answers the stored manifest. An existing name is refused (409) unless "
         "`replace=true`, and even then is replaced only after validation succeeds."
     ),
-    responses=_problems(400, 409, 503),
+    responses=_problems(400, 409, 415, 503),
     tags=["profiles"],
 )
 def post_profiles(
@@ -221,6 +222,20 @@ def upload_profile_set(store: ProfileStore, upload: ProfileUpload, *, replace: b
         raise InputError(error.message, field="rows") from error
 
 
+def require_json_body(request: Request) -> None:
+    """A body must say it is JSON (`application/json`, or any `+json` type): `text/plain`, a form or no
+    content-type is refused with 415 before decoding. A web page may send those three cross-site without a
+    CORS preflight; refusing them keeps a browser on another origin from posting plans or profile sets to
+    a local server."""
+    if request.method not in {"POST", "PUT", "PATCH"}:
+        return
+    media = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
+    if media == "application/json" or (media.startswith("application/") and media.endswith("+json")):
+        return
+    shown = media or "none"
+    raise HTTPException(status_code=415, detail=f"content-type: {shown}; send the body as application/json")
+
+
 @get("/health", summary="Liveness and version", tags=["service"])
 async def health() -> Health:
     return Health(status="ok", version=VERSION)
@@ -243,6 +258,7 @@ def create_app(store: ProfileStore | None = None, *, max_concurrent_solves: int 
         route_handlers=[post_plan, post_profiles, list_profiles, get_profile, health],
         state=State({"store": store or ProfileStore()}),
         on_startup=[on_startup],
+        before_request=require_json_body,
         exception_handlers={Exception: problem_response},
         openapi_config=OpenAPIConfig(
             title="fleetplan",
@@ -254,4 +270,11 @@ def create_app(store: ProfileStore | None = None, *, max_concurrent_solves: int 
     )
 
 
-__all__ = ["CodecBody", "UploadBody", "create_app", "solve_deadline_s", "upload_profile_set"]
+__all__ = [
+    "CodecBody",
+    "UploadBody",
+    "create_app",
+    "require_json_body",
+    "solve_deadline_s",
+    "upload_profile_set",
+]
