@@ -2,6 +2,7 @@
 uploaded set; GET /profiles and GET /profiles/{name} list it."""
 
 import copy
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -130,6 +131,21 @@ def test_malformed_or_unknown_fields_are_400(client: TestClient) -> None:
     body["colour"] = "red"
     assert "colour" in problem(client.post("/profiles", json=body), 400)["detail"]
     assert problem(client.post("/profiles", json=upload(name="../x")), 400)["field"] == "name"
+
+
+def test_a_nan_in_an_upload_names_its_field_as_in_a_plan_request(client: TestClient) -> None:
+    """Python's json.dumps writes NaN, which is not JSON: the problem names the row and column, not a
+    byte offset (the same message POST /plan gives)."""
+    rows = copy.deepcopy(ROWS)
+    column = next(key for key, value in rows[1].items() if key.startswith("ttft_ms") and value is not None)
+    rows[1][column] = float("nan")
+    content = json.dumps(upload(rows=rows))  # allow_nan: writes the bare token NaN
+    assert "NaN" in content
+    body = problem(
+        client.post("/profiles", content=content, headers={"content-type": "application/json"}), 400
+    )
+    assert body["field"] == f"rows[1].{column}"
+    assert "NaN and Infinity are not JSON numbers" in body["detail"]
 
 
 def test_openapi_documents_the_upload(client: TestClient) -> None:

@@ -42,7 +42,16 @@ def decode(data: bytes | str, type_: type[T]) -> T:
     except msgspec.ValidationError as error:
         raise _input_error(error) from error
     except msgspec.DecodeError as error:
-        raise InputError(f"malformed JSON: {error}") from error
+        raise _malformed(data, error) from error
+
+
+def _malformed(data: bytes | str, error: msgspec.DecodeError) -> InputError:
+    """The error for JSON msgspec cannot parse: a NaN/Infinity is named by its field (every endpoint and
+    the CLI alike), anything else by msgspec's byte offset."""
+    path = locate_non_finite(data)
+    if path is not None:
+        return InputError("NaN and Infinity are not JSON numbers; give a finite number", field=path)
+    return InputError(f"malformed JSON: {error}")
 
 
 def locate_non_finite(data: bytes | str) -> str | None:
@@ -79,11 +88,7 @@ def decode_request(data: bytes | str) -> PlanRequest:
     except msgspec.ValidationError as error:
         raise _input_error(error) from error
     except msgspec.DecodeError as error:
-        path = locate_non_finite(data)
-        if path is not None:
-            msg = "NaN and Infinity are not JSON numbers; give a finite number"
-            raise InputError(msg, field=path) from error
-        raise InputError(f"malformed JSON: {error}") from error
+        raise _malformed(data, error) from error
 
 
 def read_request(path: str | Path) -> PlanRequest:
