@@ -41,7 +41,7 @@ import fleetplan.solver.optimize
 import fleetplan.solver.pipeline
 from bench.instances import instance
 from fleetplan.solver import plan
-from fleetplan.solver.backends import Sense, get_backend
+from fleetplan.solver.backends import Sense, get_backend, relative_gap
 from fleetplan.solver.candidates import build_candidates
 from fleetplan.solver.formulation import build_matrix
 from fleetplan.solver.pipeline import resolve_profiles
@@ -292,13 +292,6 @@ def instrumented():
 # ------------------------------------------------------------------------------------------ measurement
 
 
-def rel_gap(value: float | None, bound: float | None) -> float | None:
-    """|bound - value| / |value|, the same definition as Plan.mip_gap."""
-    if value is None or bound is None:
-        return None
-    return abs(bound - value) / max(abs(value), 1e-9) if abs(bound - value) > 1e-9 else 0.0
-
-
 def ratio(a: float | None, b: float | None) -> float | None:
     if a is None or b is None or b <= 0:
         return None
@@ -355,7 +348,7 @@ def run_once(request, naive: bool) -> dict:
             "status": str(outcome.termination),
             "objective": outcome.primary_value,
             "mip_bound": outcome.primary_bound,
-            "gap": rel_gap(outcome.primary_value, outcome.primary_bound),
+            "gap": relative_gap(outcome.primary_value, outcome.primary_bound),
             "lp_bound": outcome.lp_bound,
             "sub_mip_objective": next((c.objective for c in PROBE.calls if c.kind == "sub_mip"), None),
         }
@@ -378,7 +371,7 @@ def run_once(request, naive: bool) -> dict:
             "detail": result.detail,
             "objective": result.objective,
             "mip_bound": result.bound,
-            "gap": rel_gap(result.objective, result.bound),
+            "gap": relative_gap(result.objective, result.bound),
         }
 
     # 4. the full plan, as the API runs it
@@ -409,7 +402,7 @@ def run_once(request, naive: bool) -> dict:
                 "status": None if primary is None else primary.termination,
                 "objective": None if primary is None else primary.objective,
                 "mip_bound": None if primary is None else primary.bound,
-                "gap": None if primary is None else rel_gap(primary.objective, primary.bound),
+                "gap": None if primary is None else relative_gap(primary.objective, primary.bound),
                 "sub_mip_objective": None if sub_mip is None else sub_mip.objective,
             },
             "steps_ms": {

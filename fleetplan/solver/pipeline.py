@@ -15,7 +15,7 @@ from fleetplan.models.plan import Baselines, Plan, PlanRequest, ProfileSetInfo, 
 from fleetplan.profiler.store import ProfileStore
 from fleetplan.profiler.tables import ProfileTable, from_rows
 from fleetplan.solver import baselines, explain, extract
-from fleetplan.solver.backends import Termination
+from fleetplan.solver.backends import Termination, relative_gap
 from fleetplan.solver.candidates import build_candidates, check_profiles_cover
 from fleetplan.solver.formulation import pool_cost
 from fleetplan.solver.optimize import Outcome, optimize
@@ -183,7 +183,7 @@ def _bound_and_gap(outcome, request: PlanRequest) -> tuple[float | None, float |
     value, bound = outcome.primary_value, outcome.primary_bound
     if value is None or bound is None:
         return None, None
-    gap = abs(bound - value) / max(abs(value), 1e-9) if abs(bound - value) > 1e-9 else 0.0
+    gap = relative_gap(value, bound)
     solved = outcome.candidates.request
     in_rps = solved.options.objective == "max_goodput" and all(w.weight == 1 for w in solved.workloads)
     return (bound if in_rps else None), gap

@@ -24,6 +24,30 @@ class Sense(StrEnum):
     MIN = "min"
 
 
+# Differences in objective up to this are closed gaps: the mip_abs_gap the HiGHS backends run with.
+GAP_ABS_TOL = 1e-9
+
+
+def relative_gap(objective: float | None, bound: float | None) -> float | None:
+    """The one relative MIP gap of fleetplan: |bound - objective| / |objective|.
+
+    - None when either is None (no incumbent, or no bound).
+    - 0 when |bound - objective| <= GAP_ABS_TOL (1e-9), so equal values, and objective 0 with bound 0, are 0.
+    - Otherwise the difference over max(|objective|, 1e-9): the incumbent's magnitude, as HiGHS measures its
+      mip_rel_gap, whatever the signs. An objective of 0 with a bound away from it is a gap of at least 1
+      (1e9 per unit of difference): nothing of the bound is proven reached.
+
+    Plan.mip_gap, the tie-break gap in SolverInfo.tie_break and bench/solver_scaling.py all use it
+    (docs/api.md, "mip_gap").
+    """
+    if objective is None or bound is None:
+        return None
+    difference = abs(bound - objective)
+    if difference <= GAP_ABS_TOL:
+        return 0.0
+    return difference / max(abs(objective), 1e-9)
+
+
 @dataclass(frozen=True)
 class SolveResult:
     termination: Termination
@@ -39,10 +63,8 @@ class SolveResult:
 
     @property
     def gap(self) -> float | None:
-        """Relative gap |bound - objective| / max(1, |objective|)."""
-        if self.objective is None or self.bound is None:
-            return None
-        return abs(self.bound - self.objective) / max(1.0, abs(self.objective))
+        """relative_gap(objective, bound)."""
+        return relative_gap(self.objective, self.bound)
 
 
 class Backend(Protocol):
