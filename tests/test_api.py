@@ -352,13 +352,20 @@ def test_locate_non_finite() -> None:
 # --- failures inside the planner -------------------------------------------------------------------------
 
 
-def test_solve_past_the_deadline_is_503(client: TestClient, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_solve_past_the_deadline_is_503(
+    client: TestClient, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
     monkeypatch.setattr(fleetplan.api.app, "solve_deadline_s", lambda request: 0.2)
     monkeypatch.setattr(fleetplan.api.app, "_solve", lambda request, store: time.sleep(1.5))
     started = time.perf_counter()
-    response = post(client, inline_request())
+    with caplog.at_level("WARNING", logger="fleetplan.api"):
+        response = post(client, inline_request())
     assert time.perf_counter() - started < 1.2, "the handler waited for the abandoned solve"
     assert_problem(response, 503, "options.time_limit_s", says="no plan within")
+    # an expected time-out is one WARNING line, not an ERROR with a traceback
+    records = [r for r in caplog.records if r.name == "fleetplan.api"]
+    assert records
+    assert all(r.levelname == "WARNING" and r.exc_info is None for r in records)
 
 
 def test_unexpected_error_is_a_generic_500(

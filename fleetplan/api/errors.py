@@ -111,7 +111,10 @@ def _http_problem(exc: HTTPException, request: Request[Any, Any, Any] | None) ->
 def problem_response(request: Request[Any, Any, Any], exc: Exception) -> Response[Problem]:
     """Litestar exception handler (registered for `Exception`, so it sees everything)."""
     problem = problem_for(exc, request)
-    if problem.status >= 500:
+    if isinstance(exc, SolverFailure):
+        # an expected outcome (a time limit without a plan, a busy server): one line, no traceback
+        logger.warning("%s %s -> %s: %s", request.method, request.url.path, problem.status, exc)
+    elif problem.status >= 500:
         # PlanVerificationError is a planner bug too: keep its traceback next to the generic ones
         logger.error("%s %s -> %s: %s", request.method, request.url.path, problem.status, exc, exc_info=exc)
     headers = dict(getattr(exc, "headers", None) or {})  # e.g. Allow on 405
