@@ -1,12 +1,19 @@
 """Solve the MILP lexicographically: primary objective, then each tie-break with the previous optimum locked.
 
-Primal heuristic first (HiGHS alone struggles to find incumbents on this model: it spends its time on root
-cuts while the LP bound is already nearly tight). The LP relaxation is solved through every stage; its
-primary value is the reported LP bound. Then a RENS-style sub-MIP: every x is boxed between the floor of
-the smallest and the ceiling of the largest value it takes in those LP solutions (the max-goodput LP
-spreads over device types, the min-cost LP packs them; together they span good integer plans), which
-leaves a small MIP that HiGHS solves in a fraction of the time. Its plan (or, if it finds none, the
-economical LP rounded within the devices) seeds the full MIP through setSolution.
+optimize() runs these steps, one function each:
+
+1. build_model: the matrix form of the candidates (formulation.build_matrix).
+2. relax_stages: the LP relaxation through every stage, each optimum locked for the next. Its first value
+   is the reported LP bound.
+3. primal_start: an incumbent for the full MIP. HiGHS alone struggles to find incumbents on this model (it
+   spends its time on root cuts while the LP bound is already nearly tight), so a RENS-style sub-MIP:
+   every x is boxed between the floor of the smallest and the ceiling of the largest value it takes in the
+   LP solutions (the max-goodput LP spreads over device types, the min-cost LP packs them; together they
+   span good integer plans), which leaves a small MIP that HiGHS solves in a fraction of the time. If it
+   finds nothing, the economical LP rounded within the devices, its flows re-solved with x fixed.
+4. solve_primary: the full MIP of the first stage, seeded with that start through setSolution.
+5. tie_break: each further stage with the previous one's objective locked, warm-started from its plan.
+6. assign_outcome: the Outcome the pipeline reads.
 
 A finished stage is locked at its value less a 1e-9 relative slack, not the whole MIP gap: a cost
 tie-break must not buy its savings with goodput (a class would show a sliver "unserved").
@@ -18,16 +25,33 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from fleetplan.models.plan import PlanRequest
+from fleetplan.models.plan import Options, PlanRequest
 from fleetplan.solver.backends import Sense, SolveResult, Termination, get_backend
+from fleetplan.solver.backends.base import Backend
 from fleetplan.solver.candidates import Candidates
 from fleetplan.solver.formulation import Columns, MatrixForm, build_matrix
 
+# The lexicographic stages of each objective (docs/formulation.md, "Objectives"): (objective vector, sense).
 STAGES = {
     "max_goodput": [("goodput", Sense.MAX), ("cost", Sense.MIN)],
     "min_cost": [("cost", Sense.MIN)],
     "max_min_fraction": [("phi", Sense.MAX), ("goodput", Sense.MAX), ("cost", Sense.MIN)],
 }
+# A finished stage is locked at its value less this relative slack (of max(1, |value|)): round-off only,
+# not the MIP gap, so a cost tie-break never buys its savings with goodput.
+LOCK_SLACK = 1e-9
+# Each tie-break stage may use at most this share of options.time_limit_s.
+TIE_BREAK_SHARE = 0.3
+# The sub-MIP of the primal start may use at most this share of options.time_limit_s.
+SUB_MIP_SHARE = 0.3
+# The least time limit a solver call is given, even once the deadline has passed (s).
+MIN_CALL_S = 0.01
+# LP values within this of an integer count as that integer when flooring and ceiling them.
+INTEGRALITY_TOL = 1e-9
+# rounded_start adds an instance to a pool only where the LP's fractional part exceeds this.
+MIN_ROUND_UP = 1e-6
+# rounded_start keeps the spend within budget_per_hour plus this (round-off).
+BUDGET_TOL = 1e-9
 
 
 @dataclass(frozen=True)
@@ -47,121 +71,174 @@ class Outcome:
     tie_break: str | None
 
 
-def rounded_start(form: MatrixForm, cols: Columns, cand: Candidates, x_lp: np.ndarray) -> np.ndarray:
-    """Integer instances near the LP optimum that respect device counts and the budget.
+@dataclass(frozen=True)
+class _Clock:
+    """One optimize() call's time budget: options.time_limit_s from its entry, over every stage."""
 
-    Floor every x, then add one instance to pools in order of falling fractional part while the device
-    (and budget) rows allow: what an engineer would do by hand with the LP's answer.
-    """
-    x = np.floor(x_lp + 1e-9)
-    x = np.minimum(x, form.col_hi[: cols.n_pools])
-    devices = cand.devices.set_index("device")
-    tp = cand.pools["tp"].to_numpy(float)
-    device_of = cand.pools["device"].to_numpy()
-    free = (devices["count"] - (cand.pools.assign(u=x * tp).groupby("device")["u"].sum())).fillna(
-        devices["count"]
-    )
-    budget = cand.request.options.budget_per_hour
-    price = cand.pools["device"].map(devices["cost_per_hour"]).to_numpy(float) * tp
-    spend = float(price @ x)
-    for index in np.argsort(-(x_lp - x), kind="stable"):
-        fraction = x_lp[index] - x[index]
-        if fraction <= 1e-6:
-            break
-        fits = free[device_of[index]] >= tp[index] and x[index] + 1 <= form.col_hi[index]
-        affordable = budget is None or spend + price[index] <= budget + 1e-9
-        if fits and affordable:
-            x[index] += 1
-            free[device_of[index]] -= tp[index]
-            spend += price[index]
-    return x
+    options: Options
+    began: float
+    deadline: float
+
+    @classmethod
+    def start(cls, options: Options) -> "_Clock":
+        began = time.perf_counter()
+        return cls(options, began, began + options.time_limit_s)
+
+    def remaining(self) -> float:
+        return max(self.deadline - time.perf_counter(), MIN_CALL_S)
+
+    def share(self, fraction: float) -> float:
+        """At most `fraction` of the time limit, and no more than remains."""
+        return min(self.remaining(), fraction * self.options.time_limit_s)
+
+    def passed(self) -> bool:
+        return time.perf_counter() >= self.deadline
 
 
-LOCK_SLACK = 1e-9
-TIE_BREAK_SHARE = 0.3
-SUB_MIP_SHARE = 0.3
+@dataclass(frozen=True)
+class _Model:
+    """What build_model makes and every later step reads."""
+
+    cand: Candidates
+    form: MatrixForm
+    cols: Columns
+    build_ms: float
 
 
-def _lock(form: MatrixForm, name: str, sense: Sense, value: float) -> MatrixForm:
-    """Keep a finished stage's objective at the value found (up to a relative LOCK_SLACK for round-off)."""
-    slack = LOCK_SLACK * max(1.0, abs(value))
-    if sense is Sense.MAX:
-        return form.with_row(f"lock_{name}", form.objectives[name], value - slack, np.inf)
-    return form.with_row(f"lock_{name}", form.objectives[name], -np.inf, value + slack)
+@dataclass(frozen=True)
+class _Final:
+    """Where the stages ended: the form with every finished stage locked, the last result kept."""
+
+    form: MatrixForm
+    result: SolveResult
+    tie_break: str | None
 
 
 def optimize(
     request: PlanRequest, cand: Candidates, stages: list[tuple[str, Sense]] | None = None
 ) -> Outcome:
-    """Build and solve within options.time_limit_s (over all stages)."""
+    """Build and solve within options.time_limit_s (over all stages): the steps of the module docstring."""
     options = request.options
-    began = time.perf_counter()
-    deadline = began + options.time_limit_s
-    form, cols = build_matrix(cand)
-    build_ms = (time.perf_counter() - began) * 1e3
+    clock = _Clock.start(options)
+    model = build_model(cand, clock)
     stages = stages or STAGES[options.objective]
     backend = get_backend(options.solver)
-
-    def remaining() -> float:
-        return max(deadline - time.perf_counter(), 0.01)
-
     solve_began = time.perf_counter()
-    name, sense = stages[0]
-    lp_bound, start = None, None
-    # the min-cost LP always joins the box: it packs devices where the goodput LP spreads them
+    relaxed = relax_stages(model, stages, backend, clock)
+    start = primal_start(model, relaxed, stages[0], backend, clock)
+    primary = solve_primary(model, stages[0], start, backend, clock)
+    final = tie_break(model, stages, primary, backend, clock)
+    return assign_outcome(model, relaxed, primary, final, solve_began)
+
+
+def build_model(cand: Candidates, clock: _Clock) -> _Model:
+    """Step 1: the matrix form of the candidates, timed from optimize()'s entry."""
+    form, cols = build_matrix(cand)
+    return _Model(cand, form, cols, (time.perf_counter() - clock.began) * 1e3)
+
+
+def relax_stages(
+    model: _Model, stages: list[tuple[str, Sense]], backend: Backend, clock: _Clock
+) -> list[SolveResult]:
+    """Step 2: the LP relaxation through every stage, each optimum locked for the next; stops at the first
+    failure. The min-cost LP always joins: it packs devices where the goodput LP spreads them."""
     box_stages = stages if any(n == "cost" for n, _ in stages) else [*stages, ("cost", Sense.MIN)]
-    relaxed = _relaxed_stages(form, box_stages, backend, remaining)
-    if relaxed:
-        lp_bound = relaxed[0].objective
-        if form.integer.any():
-            x_lps = np.array([r.values[: cols.n_pools] for r in relaxed if r.values is not None])
-            sub_limit = min(remaining(), SUB_MIP_SHARE * options.time_limit_s)
-            start = _sub_mip(form, cols, x_lps, name, sense, backend, sub_limit, options.mip_rel_gap)
-            if start is None:
-                start = _rounded_flows(form, cols, cand, x_lps[-1], name, sense, backend, remaining())
-    result = backend.solve(
-        form,
-        form.objectives[name],
+    form = model.form
+    results = []
+    for name, sense in box_stages:
+        result = backend.solve(
+            form,
+            form.objectives[name],
+            sense,
+            time_limit_s=clock.remaining(),
+            mip_rel_gap=0.0,
+            relax=True,
+        )
+        if result.objective is None:
+            break
+        results.append(result)
+        form = _lock(form, name, sense, result.objective)
+    return results
+
+
+def primal_start(
+    model: _Model, relaxed: list[SolveResult], stage: tuple[str, Sense], backend: Backend, clock: _Clock
+) -> np.ndarray | None:
+    """Step 3: a start vector for the first stage's MIP: the sub-MIP's plan, else the rounded economical LP
+    (None without LP solutions or integers)."""
+    form, cols = model.form, model.cols
+    if not relaxed or not form.integer.any():
+        return None
+    x_lps = np.array([r.values[: cols.n_pools] for r in relaxed if r.values is not None])
+    sub_limit = clock.share(SUB_MIP_SHARE)
+    start = _sub_mip(form, cols, x_lps, stage, backend, sub_limit, clock.options.mip_rel_gap)
+    if start is None:
+        start = _rounded_flows(model, x_lps[-1], stage, backend, clock.remaining())
+    return start
+
+
+def solve_primary(
+    model: _Model, stage: tuple[str, Sense], start: np.ndarray | None, backend: Backend, clock: _Clock
+) -> SolveResult:
+    """Step 4: the full MIP of the first stage, seeded with the start."""
+    name, sense = stage
+    return backend.solve(
+        model.form,
+        model.form.objectives[name],
         sense,
-        time_limit_s=remaining(),
-        mip_rel_gap=options.mip_rel_gap,
+        time_limit_s=clock.remaining(),
+        mip_rel_gap=clock.options.mip_rel_gap,
         start=start,
     )
-    primary = result
-    tie_break = None
+
+
+def tie_break(
+    model: _Model, stages: list[tuple[str, Sense]], primary: SolveResult, backend: Backend, clock: _Clock
+) -> _Final:
+    """Step 5: each further stage with the previous one locked, warm-started from its plan, at most
+    TIE_BREAK_SHARE of the time limit each. A stage that finds nothing keeps the previous stage's plan."""
+    form, (name, sense), result = model.form, stages[0], primary
+    message = None
     for next_name, next_sense in stages[1:]:
         if not result.has_solution or result.objective is None:
             break
-        if time.perf_counter() >= deadline:
-            tie_break = f"skipped {next_name}: time limit reached"
+        if clock.passed():
+            message = f"skipped {next_name}: time limit reached"
             break
         form_locked = _lock(form, name, sense, result.objective)
         follow = backend.solve(
             form_locked,
             form.objectives[next_name],
             next_sense,
-            time_limit_s=min(remaining(), TIE_BREAK_SHARE * options.time_limit_s),
-            mip_rel_gap=options.mip_rel_gap,
+            time_limit_s=clock.share(TIE_BREAK_SHARE),
+            mip_rel_gap=clock.options.mip_rel_gap,
             start=result.values,
         )
         if not follow.has_solution:
-            tie_break = f"{next_name}: {follow.termination} ({follow.detail}); kept the previous stage's plan"
+            message = f"{next_name}: {follow.termination} ({follow.detail}); kept the previous stage's plan"
             break
         gap = "" if follow.gap is None else f", gap {follow.gap:.2%}"
-        tie_break = f"{next_name}: {follow.termination}{gap} in {follow.seconds:.2f} s"
+        message = f"{next_name}: {follow.termination}{gap} in {follow.seconds:.2f} s"
         form, name, sense, result = form_locked, next_name, next_sense, follow
+    return _Final(form, result, message)
+
+
+def assign_outcome(
+    model: _Model, relaxed: list[SolveResult], primary: SolveResult, final: _Final, solve_began: float
+) -> Outcome:
+    """Step 6: the Outcome: the last stage's vector, the primary stage's value and bound, the LP bound."""
     return Outcome(
-        candidates=cand,
-        columns=cols,
-        form=form,
-        values=result.values,
-        termination=_overall(primary, result),
+        candidates=model.cand,
+        columns=model.cols,
+        form=final.form,
+        values=final.result.values,
+        termination=_overall(primary, final.result),
         primary_value=primary.objective,
         primary_bound=primary.bound,
-        lp_bound=lp_bound,
-        build_ms=build_ms,
+        lp_bound=relaxed[0].objective if relaxed else None,
+        build_ms=model.build_ms,
         solve_ms=(time.perf_counter() - solve_began) * 1e3,
-        tie_break=tie_break,
+        tie_break=final.tie_break,
     )
 
 
@@ -174,35 +251,30 @@ def _overall(primary: SolveResult, last: SolveResult) -> Termination:
     return Termination.FEASIBLE if primary.has_solution else primary.termination
 
 
-def _relaxed_stages(form: MatrixForm, stages, backend, remaining) -> list[SolveResult]:
-    """The LP relaxation through every stage, each optimum locked for the next; stops at the first failure."""
-    results = []
-    for name, sense in stages:
-        result = backend.solve(
-            form, form.objectives[name], sense, time_limit_s=remaining(), mip_rel_gap=0.0, relax=True
-        )
-        if result.objective is None:
-            break
-        results.append(result)
-        form = _lock(form, name, sense, result.objective)
-    return results
+def _lock(form: MatrixForm, name: str, sense: Sense, value: float) -> MatrixForm:
+    """Keep a finished stage's objective at the value found (up to a relative LOCK_SLACK for round-off)."""
+    slack = LOCK_SLACK * max(1.0, abs(value))
+    if sense is Sense.MAX:
+        return form.with_row(f"lock_{name}", form.objectives[name], value - slack, np.inf)
+    return form.with_row(f"lock_{name}", form.objectives[name], -np.inf, value + slack)
 
 
 def _sub_mip(
     form: MatrixForm,
     cols: Columns,
     x_lps: np.ndarray,
-    name: str,
-    sense: Sense,
-    backend,
+    stage: tuple[str, Sense],
+    backend: Backend,
     time_limit_s: float,
     mip_rel_gap: float,
 ) -> np.ndarray | None:
     """The MIP with every x boxed in [floor(min over LP solutions), ceil(max over LP solutions)]."""
+    name, sense = stage
+    n = cols.n_pools
     boxed = replace(form, col_lo=form.col_lo.copy(), col_hi=form.col_hi.copy())
-    boxed.col_lo[: cols.n_pools] = np.floor(x_lps.min(axis=0) + 1e-9)
-    boxed.col_hi[: cols.n_pools] = np.minimum(np.ceil(x_lps.max(axis=0) - 1e-9), form.col_hi[: cols.n_pools])
-    boxed.col_lo[: cols.n_pools] = np.minimum(boxed.col_lo[: cols.n_pools], boxed.col_hi[: cols.n_pools])
+    boxed.col_lo[:n] = np.floor(x_lps.min(axis=0) + INTEGRALITY_TOL)
+    boxed.col_hi[:n] = np.minimum(np.ceil(x_lps.max(axis=0) - INTEGRALITY_TOL), form.col_hi[:n])
+    boxed.col_lo[:n] = np.minimum(boxed.col_lo[:n], boxed.col_hi[:n])
     result = backend.solve(
         boxed, form.objectives[name], sense, time_limit_s=time_limit_s, mip_rel_gap=mip_rel_gap
     )
@@ -210,17 +282,12 @@ def _sub_mip(
 
 
 def _rounded_flows(
-    form: MatrixForm,
-    cols: Columns,
-    cand: Candidates,
-    relaxed_values: np.ndarray,
-    name: str,
-    sense: Sense,
-    backend,
-    time_limit_s: float,
+    model: _Model, relaxed_values: np.ndarray, stage: tuple[str, Sense], backend: Backend, time_limit_s: float
 ) -> np.ndarray | None:
     """Round the relaxation's x and re-solve the flows with x fixed: a full feasible start vector."""
-    x = rounded_start(form, cols, cand, relaxed_values[: cols.n_pools])
+    form, cols = model.form, model.cols
+    name, sense = stage
+    x = rounded_start(form, cols, model.cand, relaxed_values[: cols.n_pools])
     fixed = replace(form, col_lo=form.col_lo.copy(), col_hi=form.col_hi.copy())
     fixed.col_lo[: cols.n_pools] = x
     fixed.col_hi[: cols.n_pools] = x
@@ -228,3 +295,33 @@ def _rounded_flows(
         fixed, form.objectives[name], sense, time_limit_s=time_limit_s, mip_rel_gap=0.0, relax=True
     )
     return result.values
+
+
+def rounded_start(form: MatrixForm, cols: Columns, cand: Candidates, x_lp: np.ndarray) -> np.ndarray:
+    """Integer instances near the LP optimum that respect device counts and the budget.
+
+    Floor every x, then add one instance to pools in order of falling fractional part while the device
+    (and budget) rows allow: what an engineer would do by hand with the LP's answer.
+    """
+    x = np.floor(x_lp + INTEGRALITY_TOL)
+    x = np.minimum(x, form.col_hi[: cols.n_pools])
+    devices = cand.devices.set_index("device")
+    tp = cand.pools["tp"].to_numpy(float)
+    device_of = cand.pools["device"].to_numpy()
+    free = (devices["count"] - (cand.pools.assign(u=x * tp).groupby("device")["u"].sum())).fillna(
+        devices["count"]
+    )
+    budget = cand.request.options.budget_per_hour
+    price = cand.pools["device"].map(devices["cost_per_hour"]).to_numpy(float) * tp
+    spend = float(price @ x)
+    for index in np.argsort(-(x_lp - x), kind="stable"):
+        fraction = x_lp[index] - x[index]
+        if fraction <= MIN_ROUND_UP:
+            break
+        fits = free[device_of[index]] >= tp[index] and x[index] + 1 <= form.col_hi[index]
+        affordable = budget is None or spend + price[index] <= budget + BUDGET_TOL
+        if fits and affordable:
+            x[index] += 1
+            free[device_of[index]] -= tp[index]
+            spend += price[index]
+    return x
