@@ -39,3 +39,108 @@ def test_relative_gap_is_none_without_an_objective_or_a_bound():
 def test_solve_result_gap_is_relative_gap():
     result = SolveResult(Termination.FEASIBLE, None, 0.5, 0.4, 0.0)
     assert result.gap == relative_gap(0.5, 0.4) == pytest.approx(0.2)
+
+
+# ------------------------------------------------------------------------------------ per-stage records
+
+
+@pytest.fixture(scope="module")
+def paper_plan():
+    """The plan of the bundled paper request, with every backend call optimize() made (module-scoped)."""
+    from fleetplan import fixtures
+    from fleetplan.models.codec import read_request
+    from fleetplan.solver import optimize as optimize_module
+    from fleetplan.solver import plan
+
+    calls = []
+    real = optimize_module.get_backend
+
+    class Counting:
+        def __init__(self, backend):
+            self.backend, self.name = backend, backend.name
+
+        def solve(self, form, objective, sense, **kwargs):
+            result = self.backend.solve(form, objective, sense, **kwargs)
+            calls.append((kwargs.get("relax", False), result))
+            return result
+
+    optimize_module.get_backend = lambda name: Counting(real(name))
+    try:
+        result = plan(read_request(fixtures.request_path("paper")), with_baselines=False)
+    finally:
+        optimize_module.get_backend = real
+    return result, calls
+
+
+def test_a_plan_carries_a_record_per_solver_call(paper_plan):
+    result, calls = paper_plan
+    stages = result.solver.stages
+    assert stages, "SolverInfo.stages is empty"
+    assert len(stages) == len(calls)
+    for record, (relax, solved) in zip(stages, calls, strict=True):
+        assert record.kind == "lp" if relax else record.kind in ("submip", "mip")
+        assert record.termination == str(solved.termination)
+        assert record.objective == solved.objective
+        assert record.bound == solved.bound
+        assert record.gap == relative_gap(solved.objective, solved.bound)
+        assert record.nodes == solved.nodes
+    steps = [r.step for r in stages]
+    assert steps[0] == "relaxation"
+    assert "primary" in steps
+    assert steps.index("primary") > max(i for i, s in enumerate(steps) if s in ("relaxation", "start"))
+    assert all(s == "tie_break" for s in steps[steps.index("primary") + 1 :])
+    # max_goodput: goodput, then the cost tie-break
+    assert [(r.step, r.stage) for r in stages if r.step in ("primary", "tie_break")] == [
+        ("primary", "goodput"),
+        ("tie_break", "cost"),
+    ]
+    primary = next(r for r in stages if r.step == "primary")
+    assert primary.kind == "mip"
+    assert primary.nodes is not None
+    assert primary.nodes >= 0
+    assert all(r.nodes is None for r in stages if r.kind == "lp")
+
+
+def test_stage_times_fit_in_the_solve_time(paper_plan):
+    result, _ = paper_plan
+    stages = result.solver.stages
+    rounding = 1e-3 * len(stages)  # each ms is rounded to 3 decimals
+    assert all(r.ms >= 0 for r in stages)
+    assert sum(r.ms for r in stages) <= result.solver.solve_ms + rounding
+    ended = [r.ended_ms for r in stages]
+    assert ended == sorted(ended)
+    # the calls run one after another within optimize(), which began before the first
+    assert ended[-1] >= sum(r.ms for r in stages) - rounding
+
+
+def test_the_final_stages_match_the_plan_within_the_gap(paper_plan):
+    result, _ = paper_plan
+    stages = result.solver.stages
+    primary = next(r for r in stages if r.step == "primary")
+    final = [r for r in stages if r.step in ("primary", "tie_break")][-1]
+    # the primary stage is what the plan reports as its objective, value and bound
+    assert primary.bound == result.objective_bound
+    assert primary.gap == result.mip_gap
+    tolerance = (result.mip_gap or 0.0) + 1e-6
+    assert result.objective_value == pytest.approx(primary.objective, rel=tolerance)
+    # the last stage (the cost tie-break) is the plan kept: its objective is the plan's cost
+    assert final.stage == "cost"
+    assert result.cost_per_hour == pytest.approx(final.objective, rel=(final.gap or 0.0) + 1e-6)
+
+
+def test_a_plan_without_candidates_has_no_stages():
+    from fleetplan import fixtures
+    from fleetplan.models.codec import read_request
+    from fleetplan.solver.pipeline import _solver_info
+
+    assert _solver_info(read_request(fixtures.request_path("paper")), None).stages is None
+
+
+def test_stage_records_round_trip_through_json(paper_plan):
+    import msgspec
+
+    from fleetplan.models.plan import Plan
+
+    result, _ = paper_plan
+    decoded = msgspec.json.decode(msgspec.json.encode(result), type=Plan)
+    assert decoded.solver.stages == result.solver.stages

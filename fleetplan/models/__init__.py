@@ -24,6 +24,7 @@ from fleetplan.models.plan import (
     Role,
     Route,
     SolverInfo,
+    StageRecord,
     Status,
     WorkloadResult,
 )
@@ -59,6 +60,7 @@ __all__ = [
     "Slo",
     "SolverFailure",
     "SolverInfo",
+    "StageRecord",
     "Status",
     "Workload",
     "WorkloadResult",

@@ -205,8 +205,39 @@ class Baselines(Base):
     greedy: GreedyBaseline
 
 
+StageStep = Literal["relaxation", "start", "primary", "tie_break"]
+StageKind = Literal["lp", "submip", "mip"]
+
+
+class StageRecord(Base):
+    """One solver call the optimizer made (fleetplan/solver/optimize.py), in the order made.
+
+    `step`: "relaxation" (the LP relaxation through every stage), "start" (the sub-MIP that seeds the MIP,
+    or the LP with its rounded instances fixed), "primary" (the first stage's MIP) or "tie_break" (a later
+    stage, the earlier ones locked). `stage` is the objective solved ("goodput", "cost", "phi"). `kind`:
+    "lp", "submip" (the MIP boxed around the LP solutions) or "mip" ("lp" for a stage without integers).
+    `ms` is the call's wall time; `ended_ms` when it returned, in ms from the optimizer's entry (matrix
+    build included). `objective` and `bound` are in the stage's own units, `gap` their relative_gap
+    (docs/api.md, "mip_gap"); `nodes` the branch-and-bound nodes where the backend reports them (HiGHS).
+    """
+
+    step: StageStep
+    stage: str
+    kind: StageKind
+    ms: NonNegFloat
+    ended_ms: NonNegFloat
+    termination: str
+    objective: float | None = None
+    bound: float | None = None
+    gap: float | None = None
+    nodes: int | None = None
+
+
 class SolverInfo(Base):
-    """How the answer was found: sizes, times, bounds. `lp_bound` is the root LP relaxation's objective."""
+    """How the answer was found: sizes, times, bounds. `lp_bound` is the root LP relaxation's objective.
+
+    `stages` lists every solver call of the solve reported (StageRecord), null when nothing was solved.
+    """
 
     backend: str
     build_ms: NonNegFloat
@@ -218,6 +249,7 @@ class SolverInfo(Base):
     lp_bound: float | None = None
     termination: str = ""
     tie_break: str | None = None
+    stages: list[StageRecord] | None = None
 
 
 class ProfileSetInfo(Base):
@@ -279,6 +311,9 @@ __all__ = [
     "Route",
     "SolverInfo",
     "SolverName",
+    "StageKind",
+    "StageRecord",
+    "StageStep",
     "Status",
     "WorkloadResult",
 ]

@@ -13,7 +13,8 @@ optimize() runs these steps, one function each:
    finds nothing, the economical LP rounded within the devices, its flows re-solved with x fixed.
 4. solve_primary: the full MIP of the first stage, seeded with that start through setSolution.
 5. tie_break: each further stage with the previous one's objective locked, warm-started from its plan.
-6. assign_outcome: the Outcome the pipeline reads.
+6. assign_outcome: the Outcome the pipeline reads, with a StageRecord per solver call (step, objective,
+   kind, ms, termination, objective value, bound, gap, nodes) for SolverInfo.stages and the bench.
 
 A finished stage is locked at its value less a 1e-9 relative slack, not the whole MIP gap: a cost
 tie-break must not buy its savings with goodput (a class would show a sliver "unserved").
@@ -21,12 +22,12 @@ Tie-break stages and the sub-MIP each get at most a share of the time limit; wha
 """
 
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from fleetplan.models.plan import Options, PlanRequest
-from fleetplan.solver.backends import Sense, SolveResult, Termination, get_backend
+from fleetplan.models.plan import Options, PlanRequest, StageRecord, StageStep
+from fleetplan.solver.backends import Sense, SolveResult, Termination, get_backend, relative_gap
 from fleetplan.solver.backends.base import Backend
 from fleetplan.solver.candidates import Candidates
 from fleetplan.solver.formulation import Columns, MatrixForm, build_matrix
@@ -69,6 +70,7 @@ class Outcome:
     build_ms: float
     solve_ms: float
     tie_break: str | None
+    stages: tuple[StageRecord, ...] = ()  # every solver call, in order
 
 
 @dataclass(frozen=True)
@@ -93,6 +95,46 @@ class _Clock:
 
     def passed(self) -> bool:
         return time.perf_counter() >= self.deadline
+
+
+@dataclass(frozen=True)
+class _Solver:
+    """The backend, the clock, and a StageRecord for every call made through call()."""
+
+    backend: Backend
+    clock: _Clock
+    records: list[StageRecord] = field(default_factory=list)
+
+    def call(
+        self,
+        step: StageStep,
+        stage: str,
+        form: MatrixForm,
+        objective: np.ndarray,
+        sense: Sense,
+        **kwargs,
+    ) -> SolveResult:
+        """backend.solve(form, objective, sense, **kwargs), recorded."""
+        began = time.perf_counter()
+        result = self.backend.solve(form, objective, sense, **kwargs)
+        ended = time.perf_counter()
+        integer = bool(form.integer.any()) and not kwargs.get("relax", False)
+        kind = "submip" if step == "start" and integer else "mip" if integer else "lp"
+        self.records.append(
+            StageRecord(
+                step=step,
+                stage=stage,
+                kind=kind,
+                ms=round((ended - began) * 1e3, 3),
+                ended_ms=round((ended - self.clock.began) * 1e3, 3),
+                termination=str(result.termination),
+                objective=result.objective,
+                bound=result.bound,
+                gap=relative_gap(result.objective, result.bound),
+                nodes=result.nodes,
+            )
+        )
+        return result
 
 
 @dataclass(frozen=True)
@@ -122,13 +164,13 @@ def optimize(
     clock = _Clock.start(options)
     model = build_model(cand, clock)
     stages = stages or STAGES[options.objective]
-    backend = get_backend(options.solver)
+    solver = _Solver(get_backend(options.solver), clock)
     solve_began = time.perf_counter()
-    relaxed = relax_stages(model, stages, backend, clock)
-    start = primal_start(model, relaxed, stages[0], backend, clock)
-    primary = solve_primary(model, stages[0], start, backend, clock)
-    final = tie_break(model, stages, primary, backend, clock)
-    return assign_outcome(model, relaxed, primary, final, solve_began)
+    relaxed = relax_stages(model, stages, solver)
+    start = primal_start(model, relaxed, stages[0], solver)
+    primary = solve_primary(model, stages[0], start, solver)
+    final = tie_break(model, stages, primary, solver)
+    return assign_outcome(model, relaxed, primary, final, solver, solve_began)
 
 
 def build_model(cand: Candidates, clock: _Clock) -> _Model:
@@ -137,20 +179,20 @@ def build_model(cand: Candidates, clock: _Clock) -> _Model:
     return _Model(cand, form, cols, (time.perf_counter() - clock.began) * 1e3)
 
 
-def relax_stages(
-    model: _Model, stages: list[tuple[str, Sense]], backend: Backend, clock: _Clock
-) -> list[SolveResult]:
+def relax_stages(model: _Model, stages: list[tuple[str, Sense]], solver: _Solver) -> list[SolveResult]:
     """Step 2: the LP relaxation through every stage, each optimum locked for the next; stops at the first
     failure. The min-cost LP always joins: it packs devices where the goodput LP spreads them."""
     box_stages = stages if any(n == "cost" for n, _ in stages) else [*stages, ("cost", Sense.MIN)]
     form = model.form
     results = []
     for name, sense in box_stages:
-        result = backend.solve(
+        result = solver.call(
+            "relaxation",
+            name,
             form,
             form.objectives[name],
             sense,
-            time_limit_s=clock.remaining(),
+            time_limit_s=solver.clock.remaining(),
             mip_rel_gap=0.0,
             relax=True,
         )
@@ -162,7 +204,7 @@ def relax_stages(
 
 
 def primal_start(
-    model: _Model, relaxed: list[SolveResult], stage: tuple[str, Sense], backend: Backend, clock: _Clock
+    model: _Model, relaxed: list[SolveResult], stage: tuple[str, Sense], solver: _Solver
 ) -> np.ndarray | None:
     """Step 3: a start vector for the first stage's MIP: the sub-MIP's plan, else the rounded economical LP
     (None without LP solutions or integers)."""
@@ -170,35 +212,38 @@ def primal_start(
     if not relaxed or not form.integer.any():
         return None
     x_lps = np.array([r.values[: cols.n_pools] for r in relaxed if r.values is not None])
+    clock = solver.clock
     sub_limit = clock.share(SUB_MIP_SHARE)
-    start = _sub_mip(form, cols, x_lps, stage, backend, sub_limit, clock.options.mip_rel_gap)
+    start = _sub_mip(form, cols, x_lps, stage, solver, sub_limit, clock.options.mip_rel_gap)
     if start is None:
-        start = _rounded_flows(model, x_lps[-1], stage, backend, clock.remaining())
+        start = _rounded_flows(model, x_lps[-1], stage, solver, clock.remaining())
     return start
 
 
 def solve_primary(
-    model: _Model, stage: tuple[str, Sense], start: np.ndarray | None, backend: Backend, clock: _Clock
+    model: _Model, stage: tuple[str, Sense], start: np.ndarray | None, solver: _Solver
 ) -> SolveResult:
     """Step 4: the full MIP of the first stage, seeded with the start."""
     name, sense = stage
-    return backend.solve(
+    return solver.call(
+        "primary",
+        name,
         model.form,
         model.form.objectives[name],
         sense,
-        time_limit_s=clock.remaining(),
-        mip_rel_gap=clock.options.mip_rel_gap,
+        time_limit_s=solver.clock.remaining(),
+        mip_rel_gap=solver.clock.options.mip_rel_gap,
         start=start,
     )
 
 
 def tie_break(
-    model: _Model, stages: list[tuple[str, Sense]], primary: SolveResult, backend: Backend, clock: _Clock
+    model: _Model, stages: list[tuple[str, Sense]], primary: SolveResult, solver: _Solver
 ) -> _Final:
     """Step 5: each further stage with the previous one locked, warm-started from its plan, at most
     TIE_BREAK_SHARE of the time limit each. A stage that finds nothing keeps the previous stage's plan."""
     form, (name, sense), result = model.form, stages[0], primary
-    message = None
+    clock, message = solver.clock, None
     for next_name, next_sense in stages[1:]:
         if not result.has_solution or result.objective is None:
             break
@@ -206,7 +251,9 @@ def tie_break(
             message = f"skipped {next_name}: time limit reached"
             break
         form_locked = _lock(form, name, sense, result.objective)
-        follow = backend.solve(
+        follow = solver.call(
+            "tie_break",
+            next_name,
             form_locked,
             form.objectives[next_name],
             next_sense,
@@ -224,9 +271,15 @@ def tie_break(
 
 
 def assign_outcome(
-    model: _Model, relaxed: list[SolveResult], primary: SolveResult, final: _Final, solve_began: float
+    model: _Model,
+    relaxed: list[SolveResult],
+    primary: SolveResult,
+    final: _Final,
+    solver: _Solver,
+    solve_began: float,
 ) -> Outcome:
-    """Step 6: the Outcome: the last stage's vector, the primary stage's value and bound, the LP bound."""
+    """Step 6: the Outcome: the last stage's vector, the primary stage's value and bound, the LP bound and
+    the record of every solver call."""
     return Outcome(
         candidates=model.cand,
         columns=model.cols,
@@ -239,6 +292,7 @@ def assign_outcome(
         build_ms=model.build_ms,
         solve_ms=(time.perf_counter() - solve_began) * 1e3,
         tie_break=final.tie_break,
+        stages=tuple(solver.records),
     )
 
 
@@ -264,7 +318,7 @@ def _sub_mip(
     cols: Columns,
     x_lps: np.ndarray,
     stage: tuple[str, Sense],
-    backend: Backend,
+    solver: _Solver,
     time_limit_s: float,
     mip_rel_gap: float,
 ) -> np.ndarray | None:
@@ -275,14 +329,14 @@ def _sub_mip(
     boxed.col_lo[:n] = np.floor(x_lps.min(axis=0) + INTEGRALITY_TOL)
     boxed.col_hi[:n] = np.minimum(np.ceil(x_lps.max(axis=0) - INTEGRALITY_TOL), form.col_hi[:n])
     boxed.col_lo[:n] = np.minimum(boxed.col_lo[:n], boxed.col_hi[:n])
-    result = backend.solve(
-        boxed, form.objectives[name], sense, time_limit_s=time_limit_s, mip_rel_gap=mip_rel_gap
+    result = solver.call(
+        "start", name, boxed, form.objectives[name], sense, time_limit_s=time_limit_s, mip_rel_gap=mip_rel_gap
     )
     return result.values
 
 
 def _rounded_flows(
-    model: _Model, relaxed_values: np.ndarray, stage: tuple[str, Sense], backend: Backend, time_limit_s: float
+    model: _Model, relaxed_values: np.ndarray, stage: tuple[str, Sense], solver: _Solver, time_limit_s: float
 ) -> np.ndarray | None:
     """Round the relaxation's x and re-solve the flows with x fixed: a full feasible start vector."""
     form, cols = model.form, model.cols
@@ -291,8 +345,15 @@ def _rounded_flows(
     fixed = replace(form, col_lo=form.col_lo.copy(), col_hi=form.col_hi.copy())
     fixed.col_lo[: cols.n_pools] = x
     fixed.col_hi[: cols.n_pools] = x
-    result = backend.solve(
-        fixed, form.objectives[name], sense, time_limit_s=time_limit_s, mip_rel_gap=0.0, relax=True
+    result = solver.call(
+        "start",
+        name,
+        fixed,
+        form.objectives[name],
+        sense,
+        time_limit_s=time_limit_s,
+        mip_rel_gap=0.0,
+        relax=True,
     )
     return result.values
 

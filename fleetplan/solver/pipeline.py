@@ -172,6 +172,7 @@ def _solver_info(request: PlanRequest, outcome) -> SolverInfo:
         lp_bound=outcome.lp_bound,
         termination=str(outcome.termination),
         tie_break=outcome.tie_break,
+        stages=list(outcome.stages),
     )
 
 

@@ -37,7 +37,8 @@ def relative_gap(objective: float | None, bound: float | None) -> float | None:
       mip_rel_gap, whatever the signs. An objective of 0 with a bound away from it is a gap of at least 1
       (1e9 per unit of difference): nothing of the bound is proven reached.
 
-    Plan.mip_gap, the tie-break gap in SolverInfo.tie_break and bench/solver_scaling.py all use it
+    Plan.mip_gap, the tie-break gap in SolverInfo.tie_break, StageRecord.gap and bench/solver_scaling.py
+    all use it
     (docs/api.md, "mip_gap").
     """
     if objective is None or bound is None:
@@ -56,6 +57,7 @@ class SolveResult:
     bound: float | None
     seconds: float
     detail: str = ""
+    nodes: int | None = None  # branch-and-bound nodes, where the backend reports them (HiGHS MIPs)
 
     @property
     def has_solution(self) -> bool:

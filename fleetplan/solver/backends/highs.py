@@ -92,6 +92,7 @@ class HighsBackend:
             bound if bound is not None and np.isfinite(bound) else None,
             time.perf_counter() - begin,
             h.modelStatusToString(status),
+            nodes=int(info.mip_node_count) if is_mip else None,
         )
 
 
