@@ -8,9 +8,12 @@ Per instance and repeat:
   3. the same goodput MIP handed to the HiGHS backend directly, no start ("naive": plain HiGHS),
   4. the full solver.plan(request, with_baselines=True) (goodput, cost tie-break, baselines, verify).
 
-Instrumentation: while it runs, the script wraps (in this process only, never on disk) the backend that
-fleetplan.solver.optimize gets and a few pipeline functions, to time each HiGHS call and each pipeline
-step. The wrappers only read the clock; the solver's behaviour is unchanged.
+Instrumentation: none is patched in. Every solver call optimize() makes comes back as a StageRecord
+(step, objective, kind, ms, termination, objective value, bound, gap, nodes; Outcome.stages, and
+Plan.solver.stages inside solver.plan); the lp / sub_mip / mip / tie_break times are their sums. The
+steps of solver.plan around the solver (profiles, candidates, gpu_only, greedy, verify) are timed by
+calling the same functions from this script on the same request right after step 4 (warm, as inside
+plan()), so 'goodput done ms' from plan() entry and 'other' are estimates.
 
     python -m bench.solver_scaling [--instances S M L] [--time-limit 10] [--repeat N] [--no-naive]
 
@@ -30,21 +33,20 @@ import statistics
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
 import msgspec
 
-import fleetplan.solver.baselines
-import fleetplan.solver.optimize
-import fleetplan.solver.pipeline
 from bench.instances import instance
-from fleetplan.solver import plan
+from fleetplan.models.plan import StageRecord
+from fleetplan.solver import baselines, plan
 from fleetplan.solver.backends import Sense, get_backend, relative_gap
 from fleetplan.solver.candidates import build_candidates
 from fleetplan.solver.formulation import build_matrix
+from fleetplan.solver.optimize import optimize
 from fleetplan.solver.pipeline import resolve_profiles
+from fleetplan.solver.verify import verify
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
@@ -129,167 +131,31 @@ def machine_line(m: dict) -> str:
     )
 
 
-# -------------------------------------------------------------------------------------------- the probe
-
-
-@dataclass
-class Call:
-    phase: str
-    kind: str  # lp | sub_mip | mip | tie_break
-    began: float
-    ended: float
-    termination: str
-    objective: float | None
-    bound: float | None
-
-    @property
-    def ms(self) -> float:
-        return (self.ended - self.began) * 1e3
-
-
-@dataclass
-class Probe:
-    """Times every backend call made through fleetplan.solver.optimize, and the pipeline steps of
-    solver.plan."""
-
-    phase: str = "other"
-    calls: list[Call] = field(default_factory=list)
-    forms: dict[str, object] = field(default_factory=dict)  # phase -> the form build_matrix made for it
-    primary_done: dict[str, bool] = field(default_factory=dict)
-    steps: dict[str, float] = field(default_factory=dict)  # step name -> ms (accumulated)
-    marks: dict[str, float] = field(default_factory=dict)  # name -> perf_counter
-
-    def reset(self) -> None:
-        self.__init__()
-
-    def add(self, step: str, ms: float) -> None:
-        self.steps[step] = self.steps.get(step, 0.0) + ms
-
-    def kind(self, form, relax: bool) -> str:
-        if self.primary_done.get(self.phase):
-            return "tie_break"
-        if relax:
-            return "lp"
-        if form is self.forms.get(self.phase):
-            self.primary_done[self.phase] = True
-            return "mip"
-        return "sub_mip"
-
-    def phase_ms(self, phase: str, kind: str) -> float:
-        return sum(c.ms for c in self.calls if c.phase == phase and c.kind == kind)
-
-    def primary(self, phase: str) -> Call | None:
-        return next((c for c in self.calls if c.phase == phase and c.kind == "mip"), None)
-
-
-PROBE = Probe()
-
-
-class RecordingBackend:
-    def __init__(self, real) -> None:
-        self.real = real
-        self.name = real.name
-
-    def solve(self, form, objective, sense, **kw):
-        kind = PROBE.kind(form, kw.get("relax", False))
-        began = time.perf_counter()
-        result = self.real.solve(form, objective, sense, **kw)
-        PROBE.calls.append(
-            Call(
-                PROBE.phase,
-                kind,
-                began,
-                time.perf_counter(),
-                str(result.termination),
-                result.objective,
-                result.bound,
-            )
-        )
-        return result
-
-
-@contextlib.contextmanager
-def phase(name: str):
-    previous = PROBE.phase
-    PROBE.phase = name
-    try:
-        yield
-    finally:
-        PROBE.phase = previous
-
-
-def _timed(step: str, fn, phase_name: str | None = None):
-    def wrapper(*args, **kwargs):
-        began = time.perf_counter()
-        try:
-            if phase_name is None:
-                return fn(*args, **kwargs)
-            with phase(phase_name):
-                PROBE.marks[f"{phase_name}_began"] = began
-                return fn(*args, **kwargs)
-        finally:
-            PROBE.add(step, (time.perf_counter() - began) * 1e3)
-
-    return wrapper
-
-
-@contextlib.contextmanager
-def instrumented():
-    """Wrap, for the duration, what fleetplan.solver.optimize and solver.plan call; restore on exit."""
-    real_get_backend = fleetplan.solver.optimize.get_backend
-    real_build_matrix = fleetplan.solver.optimize.build_matrix
-
-    def get_backend_rec(name):
-        return RecordingBackend(real_get_backend(name))
-
-    def build_matrix_rec(cand):
-        began = time.perf_counter()
-        form, cols = real_build_matrix(cand)
-        PROBE.add(f"{PROBE.phase}.matrix", (time.perf_counter() - began) * 1e3)
-        PROBE.forms.setdefault(PROBE.phase, form)
-        return form, cols
-
-    patches = [
-        (fleetplan.solver.optimize, "get_backend", get_backend_rec),
-        (fleetplan.solver.optimize, "build_matrix", build_matrix_rec),
-        (
-            fleetplan.solver.pipeline,
-            "resolve_profiles",
-            _timed("profiles", fleetplan.solver.pipeline.resolve_profiles),
-        ),
-        (
-            fleetplan.solver.pipeline,
-            "build_candidates",
-            _timed("candidates", fleetplan.solver.pipeline.build_candidates),
-        ),
-        (
-            fleetplan.solver.pipeline,
-            "optimize",
-            _timed("optimize", fleetplan.solver.pipeline.optimize, "plan"),
-        ),
-        (fleetplan.solver.pipeline, "verify", _timed("verify", fleetplan.solver.pipeline.verify)),
-        (
-            fleetplan.solver.baselines,
-            "gpu_only",
-            _timed("gpu_only", fleetplan.solver.baselines.gpu_only, "gpu_only"),
-        ),
-        (fleetplan.solver.baselines, "greedy", _timed("greedy", fleetplan.solver.baselines.greedy)),
-    ]
-    saved = []
-    for module, name, replacement in patches:
-        if hasattr(module, name):
-            saved.append((module, name, getattr(module, name)))
-            setattr(module, name, replacement)
-        else:
-            print(f"warning: {module.__name__}.{name} not found; its time is not broken out", file=sys.stderr)
-    try:
-        yield
-    finally:
-        for module, name, original in reversed(saved):
-            setattr(module, name, original)
-
-
 # ------------------------------------------------------------------------------------------ measurement
+
+# the bench's four kinds of solver time, from a StageRecord's step and kind
+SOLVE_KEYS = ("lp", "sub_mip", "mip", "tie_break")
+
+
+def solve_key(record: StageRecord) -> str:
+    """lp (the relaxations and the LP with rounded x fixed), sub_mip, mip (the primary stage), tie_break."""
+    if record.step == "primary":
+        return "mip"
+    if record.step == "tie_break":
+        return "tie_break"
+    return "sub_mip" if record.kind == "submip" else "lp"
+
+
+def stage_ms(records, key: str) -> float:
+    return sum(r.ms for r in records if solve_key(r) == key)
+
+
+def first(records, step: str, kind: str | None = None) -> StageRecord | None:
+    return next((r for r in records if r.step == step and kind in (None, r.kind)), None)
+
+
+def stage_rows(records) -> list[dict]:
+    return [msgspec.to_builtins(r) for r in records]
 
 
 def ratio(a: float | None, b: float | None) -> float | None:
@@ -331,27 +197,24 @@ def run_once(request, naive: bool) -> dict:
     }
 
     # 2. the goodput stage alone, through our heuristic route
-    with instrumented():
-        PROBE.reset()
-        with phase("goodput"):
-            began, cpu = time.perf_counter(), time.process_time()
-            outcome = fleetplan.solver.optimize.optimize(request, cand, [("goodput", Sense.MAX)])
-            wall, cpu = (time.perf_counter() - began) * 1e3, (time.process_time() - cpu) * 1e3
-        out["goodput"] = {
-            "wall_ms": wall,  # includes optimize's own matrix build
-            "cpu_ms": cpu,  # this process's CPU time: robust to other load on the machine
-            "build_ms": outcome.build_ms,
-            "solve_ms": outcome.solve_ms,
-            "lp_ms": PROBE.phase_ms("goodput", "lp"),
-            "sub_mip_ms": PROBE.phase_ms("goodput", "sub_mip"),
-            "mip_ms": PROBE.phase_ms("goodput", "mip"),
-            "status": str(outcome.termination),
-            "objective": outcome.primary_value,
-            "mip_bound": outcome.primary_bound,
-            "gap": relative_gap(outcome.primary_value, outcome.primary_bound),
-            "lp_bound": outcome.lp_bound,
-            "sub_mip_objective": next((c.objective for c in PROBE.calls if c.kind == "sub_mip"), None),
-        }
+    began, cpu = time.perf_counter(), time.process_time()
+    outcome = optimize(request, cand, [("goodput", Sense.MAX)])
+    wall, cpu = (time.perf_counter() - began) * 1e3, (time.process_time() - cpu) * 1e3
+    sub_mip = first(outcome.stages, "start", "submip")
+    out["goodput"] = {
+        "wall_ms": wall,  # includes optimize's own matrix build
+        "cpu_ms": cpu,  # this process's CPU time: robust to other load on the machine
+        "build_ms": outcome.build_ms,
+        "solve_ms": outcome.solve_ms,
+        **{f"{k}_ms": stage_ms(outcome.stages, k) for k in ("lp", "sub_mip", "mip")},
+        "status": str(outcome.termination),
+        "objective": outcome.primary_value,
+        "mip_bound": outcome.primary_bound,
+        "gap": relative_gap(outcome.primary_value, outcome.primary_bound),
+        "lp_bound": outcome.lp_bound,
+        "sub_mip_objective": None if sub_mip is None else sub_mip.objective,
+        "stages": stage_rows(outcome.stages),
+    }
 
     # 3. naive: plain HiGHS on the same goodput MIP, no start, same time limit and gap
     if naive:
@@ -374,64 +237,90 @@ def run_once(request, naive: bool) -> dict:
             "gap": relative_gap(result.objective, result.bound),
         }
 
-    # 4. the full plan, as the API runs it
-    with instrumented():
-        PROBE.reset()
-        began, cpu = time.perf_counter(), time.process_time()
-        result = plan(request, with_baselines=True)
-        ended, cpu = time.perf_counter(), (time.process_time() - cpu) * 1e3
-        wall = (ended - began) * 1e3
-        primary = PROBE.primary("plan")
-        steps = dict(PROBE.steps)
-        solve = {k: PROBE.phase_ms("plan", k) for k in ("lp", "sub_mip", "mip", "tie_break")}
-        top = ("profiles", "candidates", "optimize", "gpu_only", "greedy", "verify")
-        accounted = sum(steps.get(k, 0.0) for k in top)
-        sub_mip = next((c for c in PROBE.calls if c.phase == "plan" and c.kind == "sub_mip"), None)
-        out["plan"] = {
-            "wall_ms": wall,
-            "cpu_ms": cpu,
-            "goodput_done_ms": None if primary is None else (primary.ended - began) * 1e3,
-            "goodput_done_in_optimize_ms": None
-            if primary is None
-            else (primary.ended - PROBE.marks.get("plan_began", began)) * 1e3,
-            # the goodput stage as solver.plan runs it (its LP relaxations span both stages)
-            "goodput_in_plan": {
-                "lp_ms": solve["lp"],
-                "sub_mip_ms": solve["sub_mip"],
-                "mip_ms": solve["mip"],
-                "status": None if primary is None else primary.termination,
-                "objective": None if primary is None else primary.objective,
-                "mip_bound": None if primary is None else primary.bound,
-                "gap": None if primary is None else relative_gap(primary.objective, primary.bound),
-                "sub_mip_objective": None if sub_mip is None else sub_mip.objective,
-            },
-            "steps_ms": {
-                "profiles": steps.get("profiles"),
-                "candidates": steps.get("candidates"),
-                "matrix": steps.get("plan.matrix"),
-                **solve,
-                "gpu_only": steps.get("gpu_only"),
-                "greedy": steps.get("greedy"),
-                "verify": steps.get("verify"),
-                "other": wall - accounted,  # extract, explain, Plan assembly
-            },
-            "status": result.status,
-            "termination": result.solver.termination,
-            "tie_break": result.solver.tie_break,
-            "slo_rps": result.slo_rps,
-            "demand_rps": result.demand_rps,
-            "bound_rps": result.bound_rps,
-            "mip_gap": result.mip_gap,
-            "cost_per_hour": result.cost_per_hour,
-            "solver_build_ms": result.solver.build_ms,
-            "solver_solve_ms": result.solver.solve_ms,
-            "gpu_only_device": result.baselines.gpu_only.device if result.baselines else None,
-            "gpu_only_rps": result.baselines.gpu_only.slo_rps if result.baselines else None,
-            "greedy_rps": result.baselines.greedy.slo_rps if result.baselines else None,
-        }
-        out["plan"]["vs_gpu_only"] = ratio(result.slo_rps, out["plan"]["gpu_only_rps"])
-        out["plan"]["vs_greedy"] = ratio(result.slo_rps, out["plan"]["greedy_rps"])
+    # 4. the full plan, as the API runs it; its solver calls from result.solver.stages
+    began, cpu = time.perf_counter(), time.process_time()
+    result = plan(request, with_baselines=True)
+    ended, cpu = time.perf_counter(), (time.process_time() - cpu) * 1e3
+    wall = (ended - began) * 1e3
+    records = result.solver.stages or []
+    primary = first(records, "primary")
+    sub_mip = first(records, "start", "submip")
+    solve = {k: stage_ms(records, k) for k in SOLVE_KEYS}
+    # the steps of solver.plan around the solver, timed here on the same request (estimates)
+    optimize_ms = result.solver.build_ms + result.solver.solve_ms
+    steps = around_solver_ms(request, result, optimize_ms)
+    before_solver = steps["profiles"] + steps["candidates"]
+    accounted = before_solver + optimize_ms + steps["gpu_only"] + steps["greedy"] + steps["verify"]
+    done_in_optimize = None if primary is None else primary.ended_ms
+    out["plan"] = {
+        "wall_ms": wall,
+        "cpu_ms": cpu,
+        "goodput_done_ms": None if done_in_optimize is None else before_solver + done_in_optimize,
+        "goodput_done_in_optimize_ms": done_in_optimize,
+        # the goodput stage as solver.plan runs it (its LP relaxations span both stages)
+        "goodput_in_plan": {
+            "lp_ms": solve["lp"],
+            "sub_mip_ms": solve["sub_mip"],
+            "mip_ms": solve["mip"],
+            "status": None if primary is None else primary.termination,
+            "objective": None if primary is None else primary.objective,
+            "mip_bound": None if primary is None else primary.bound,
+            "gap": None if primary is None else primary.gap,
+            "nodes": None if primary is None else primary.nodes,
+            "sub_mip_objective": None if sub_mip is None else sub_mip.objective,
+        },
+        "steps_ms": {
+            "profiles": steps["profiles"],
+            "candidates": steps["candidates"],
+            "matrix": result.solver.build_ms,
+            **solve,
+            "gpu_only": steps["gpu_only"],
+            "greedy": steps["greedy"],
+            "verify": steps["verify"],
+            "other": wall - accounted,  # extract, explain, Plan assembly (and the estimates' error)
+        },
+        "stages": stage_rows(records),
+        "status": result.status,
+        "termination": result.solver.termination,
+        "tie_break": result.solver.tie_break,
+        "slo_rps": result.slo_rps,
+        "demand_rps": result.demand_rps,
+        "bound_rps": result.bound_rps,
+        "mip_gap": result.mip_gap,
+        "cost_per_hour": result.cost_per_hour,
+        "solver_build_ms": result.solver.build_ms,
+        "solver_solve_ms": result.solver.solve_ms,
+        "gpu_only_device": result.baselines.gpu_only.device if result.baselines else None,
+        "gpu_only_rps": result.baselines.gpu_only.slo_rps if result.baselines else None,
+        "greedy_rps": result.baselines.greedy.slo_rps if result.baselines else None,
+    }
+    out["plan"]["vs_gpu_only"] = ratio(result.slo_rps, out["plan"]["gpu_only_rps"])
+    out["plan"]["vs_greedy"] = ratio(result.slo_rps, out["plan"]["greedy_rps"])
     return out
+
+
+def around_solver_ms(request, result, optimize_ms: float) -> dict[str, float]:
+    """The steps of solver.plan around optimize(), called as plan() calls them and timed one by one, after
+    plan() (so with the same warm caches): profiles, candidates, the baselines (gpu_only with the time plan()
+    would leave it), verify."""
+    ms = {}
+    began = time.perf_counter()
+    table = resolve_profiles(request)
+    ms["profiles"] = (time.perf_counter() - began) * 1e3
+    began = time.perf_counter()
+    cand = build_candidates(request, table)
+    ms["candidates"] = (time.perf_counter() - began) * 1e3
+    spent_s = (ms["profiles"] + ms["candidates"] + optimize_ms) / 1e3
+    began = time.perf_counter()
+    baselines.gpu_only(cand, request.options.time_limit_s - spent_s)
+    ms["gpu_only"] = (time.perf_counter() - began) * 1e3
+    began = time.perf_counter()
+    baselines.greedy(cand)
+    ms["greedy"] = (time.perf_counter() - began) * 1e3
+    began = time.perf_counter()
+    verify(request, result, table)
+    ms["verify"] = (time.perf_counter() - began) * 1e3
+    return ms
 
 
 def median(runs: list[dict], *path: str) -> float | None:
@@ -471,6 +360,7 @@ def summarize(name: str, gen_ms: float, runs: list[dict]) -> dict:
         },
         **{k: g[k] for k in ("status", "objective", "mip_bound", "gap", "lp_bound", "sub_mip_objective")},
         "statuses": [r["goodput"]["status"] for r in runs],
+        "stages": g["stages"],
     }
     if "naive" in last:
         n = last["naive"]
@@ -631,6 +521,30 @@ def steps_table(summaries: list[dict]) -> str:
     return table(["inst", "plan ms", *STEP_KEYS], rows)
 
 
+def stages_table(summaries: list[dict]) -> str:
+    """Every solver call of solver.plan's optimize (last repeat): Plan.solver.stages."""
+    headers = ["inst", "step", "stage", "kind", "ms", "ended ms", "termination", "objective", "bound", "gap",
+               "nodes"]  # fmt: skip
+    rows = [
+        [
+            s["instance"],
+            r["step"],
+            r["stage"],
+            r["kind"],
+            fmt(r["ms"]),
+            fmt(r["ended_ms"]),
+            r["termination"],
+            fmt(r["objective"], ".4f"),
+            fmt(r["bound"], ".4f"),
+            pct(r["gap"]),
+            fmt(r["nodes"]),
+        ]
+        for s in summaries
+        for r in s["plan"]["stages"]
+    ]
+    return table(headers, rows, right={4, 5, 7, 8, 9, 10})
+
+
 def report(summaries: list[dict], meta: dict) -> str:
     load_end = meta.get("loadavg_at_end", ["?"])[0]
     return "\n".join(
@@ -653,8 +567,12 @@ def report(summaries: list[dict], meta: dict) -> str:
             "3) Full solver.plan(request, with_baselines=True); 'goodput done' = ms from plan() entry",
             plan_table(summaries),
             "",
-            "4) Where solver.plan's time goes (ms; lp/sub_mip/mip = goodput stage, gpu_only = its own MIP)",
+            "4) Where solver.plan's time goes (ms; lp/sub_mip/mip = goodput stage, from Plan.solver.stages;",
+            "   profiles, candidates, gpu_only, greedy, verify timed on the same request outside plan())",
             steps_table(summaries),
+            "",
+            "5) Every solver call of solver.plan (Plan.solver.stages, last repeat; ended ms from optimize())",
+            stages_table(summaries),
         ]
     )
 
