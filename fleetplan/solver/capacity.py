@@ -254,30 +254,53 @@ def with_kv_reserve(t: UseTable, curves: Curves) -> UseTable:
 def nic_utilization(t: UseTable, curves: Curves) -> np.ndarray:
     """The utilization each use allows its NICs.
 
-    At most the M/D/1 cap whose mean wait fits the NIC's third of the KV reserve. For a prefill use, the
-    fraction k/8 of that cap (k = 1..8, at or above NIC_FLOOR) that lets one instance carry the most:
+    At most the M/D/1 cap whose mean wait fits the NIC's third of the KV reserve. For a prefill use whose
+    KV waits alone (both NICs at that cap, a single request's prefill) take over half its tail probability,
+    the fraction k/8 of that cap (k = 1..8, at or above NIC_FLOOR) that lets one instance carry the most:
     min(admissible prefill rate with both NICs at that utilization, what the NIC moves, u x 1000 / t_kv).
     At p99 a KV wait sized by its mean can alone break the percentile, and the prefill queue would then be
     admitted no load at all; a lower NIC cap trades transfer throughput for TTFT."""
     u = np.where(t.t_kv > 0, md1_cap(t.t_kv * t.kv_share, t.kv_slack_ms / KV_SERVERS), 0.0)
     pre = (t.role == "prefill") & (t.t_kv > 0)
+    if pre.any():
+        s, c = _subset(t, pre), _subset_curves(curves, pre)
+        limit = s.ttft_slo - s.t_kv - s.kv_slack_ms / KV_SERVERS
+        alone = tail(
+            service_grid(c.at("ttft", np.ones(len(s.rate)))),
+            limit,
+            *_two_nic_wait(u[pre], s.t_kv * s.kv_share),
+        )
+        pre[pre] = alone > 0.5 * s.epsilon  # only where the KV waits alone take over half the tail
     if not pre.any():
         return u
-    s, c = _subset(t, pre), _subset_curves(curves, pre)
+    # every trial fraction k / NIC_STEPS of every starved use in one vectorized bisection (rows: k-major)
+    s, c = _repeat(_subset(t, pre), NIC_STEPS), _repeat_curves(_subset_curves(curves, pre), NIC_STEPS)
+    fractions = np.repeat(np.arange(NIC_STEPS, 0, -1) / NIC_STEPS, pre.sum())
+    trial = np.tile(u[pre], NIC_STEPS) * fractions
     limit = s.ttft_slo - s.t_kv - s.kv_slack_ms / KV_SERVERS
-    best, best_u = np.full(len(s.rate), -1.0), u[pre].copy()
-    for k in range(NIC_STEPS, 0, -1):
-        trial = u[pre] * k / NIC_STEPS
-        kv = _two_nic_wait(trial, s.t_kv * s.kv_share)
-        carried = np.minimum(
-            prefill_admissible(c, s.batch, limit, s.epsilon, s.rate, kv, s.share), trial * 1e3 / s.t_kv
-        )
-        # below NIC_FLOOR the use would be dropped (nic_caps): only the mean-wait cap itself is kept there
-        better = (carried > best * (1 + 1e-9)) & ((trial >= NIC_FLOOR) | (k == NIC_STEPS))
-        best, best_u = np.where(better, carried, best), np.where(better, trial, best_u)
+    kv = _two_nic_wait(trial, s.t_kv * s.kv_share)
+    carried = np.minimum(
+        prefill_admissible(c, s.batch, limit, s.epsilon, s.rate, kv, s.share), trial * 1e3 / s.t_kv
+    )
+    # below NIC_FLOOR the use would be dropped (nic_caps): only the mean-wait cap itself is kept there
+    carried = np.where((trial >= NIC_FLOOR) | (fractions == 1.0), carried, -1.0).reshape(NIC_STEPS, -1)
+    trial = trial.reshape(NIC_STEPS, -1)
+    # the most carried; among equals the largest utilization (the first row, k = NIC_STEPS, on ties)
+    best = np.argmax(carried >= carried.max(axis=0) * (1 - 1e-9) - 1e-12, axis=0)
     out = u.copy()
-    out[pre] = best_u
+    out[pre] = trial[best, np.arange(trial.shape[1])]
     return out
+
+
+def _repeat(t: UseTable, times: int) -> UseTable:
+    fields = {name: getattr(t, name) for name in t.__dataclass_fields__}
+    return UseTable(**{name: None if v is None else np.tile(v, times) for name, v in fields.items()})
+
+
+def _repeat_curves(curves: Curves, times: int) -> Curves:
+    return Curves(
+        *(np.tile(a, (times,) + (1,) * (a.ndim - 1)) for a in (curves.batches, curves.ttft, curves.tbt))
+    )
 
 
 def rates(t: UseTable, curves: Curves) -> np.ndarray:
