@@ -254,26 +254,16 @@ def with_kv_reserve(t: UseTable, curves: Curves) -> UseTable:
 def nic_utilization(t: UseTable, curves: Curves) -> np.ndarray:
     """The utilization each use allows its NICs.
 
-    At most the M/D/1 cap whose mean wait fits the NIC's third of the KV reserve. For a prefill use whose
-    KV waits alone (both NICs at that cap, a single request's prefill) take over half its tail probability,
-    the fraction k/8 of that cap (k = 1..8, at or above NIC_FLOOR) that lets one instance carry the most:
+    At most the M/D/1 cap whose mean wait fits the NIC's third of the KV reserve. For a prefill use, the
+    fraction k/8 of that cap (k = 1..8, at or above NIC_FLOOR) that lets one instance carry the most:
     min(admissible prefill rate with both NICs at that utilization, what the NIC moves, u x 1000 / t_kv).
     At p99 a KV wait sized by its mean can alone break the percentile, and the prefill queue would then be
     admitted no load at all; a lower NIC cap trades transfer throughput for TTFT."""
     u = np.where(t.t_kv > 0, md1_cap(t.t_kv * t.kv_share, t.kv_slack_ms / KV_SERVERS), 0.0)
     pre = (t.role == "prefill") & (t.t_kv > 0)
-    if pre.any():
-        s, c = _subset(t, pre), _subset_curves(curves, pre)
-        limit = s.ttft_slo - s.t_kv - s.kv_slack_ms / KV_SERVERS
-        alone = tail(
-            service_grid(c.at("ttft", np.ones(len(s.rate)))),
-            limit,
-            *_two_nic_wait(u[pre], s.t_kv * s.kv_share),
-        )
-        pre[pre] = alone > 0.5 * s.epsilon  # only where the KV waits alone take over half the tail
     if not pre.any():
         return u
-    # every trial fraction k / NIC_STEPS of every starved use in one vectorized bisection (rows: k-major)
+    # every trial fraction k / NIC_STEPS of every prefill use in one vectorized bisection (rows: k-major)
     s, c = _repeat(_subset(t, pre), NIC_STEPS), _repeat_curves(_subset_curves(curves, pre), NIC_STEPS)
     fractions = np.repeat(np.arange(NIC_STEPS, 0, -1) / NIC_STEPS, pre.sum())
     trial = np.tile(u[pre], NIC_STEPS) * fractions
