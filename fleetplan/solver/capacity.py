@@ -259,7 +259,7 @@ def nic_utilization(t: UseTable, curves: Curves) -> np.ndarray:
     min(admissible prefill rate with both NICs at that utilization, what the NIC moves, u x 1000 / t_kv).
     At p99 a KV wait sized by its mean can alone break the percentile, and the prefill queue would then be
     admitted no load at all; a lower NIC cap trades transfer throughput for TTFT."""
-    u = np.where(t.t_kv > 0, md1_cap(t.t_kv * t.kv_share, t.kv_slack_ms / KV_SERVERS), 0.0)
+    u = _mean_wait_nic_cap(t)
     pre = (t.role == "prefill") & (t.t_kv > 0)
     if not pre.any():
         return u
@@ -283,14 +283,11 @@ def nic_utilization(t: UseTable, curves: Curves) -> np.ndarray:
 
 
 def _repeat(t: UseTable, times: int) -> UseTable:
-    fields = {name: getattr(t, name) for name in t.__dataclass_fields__}
-    return UseTable(**{name: None if v is None else np.tile(v, times) for name, v in fields.items()})
+    return _rows(t, lambda a: np.tile(a, times))
 
 
 def _repeat_curves(curves: Curves, times: int) -> Curves:
-    return Curves(
-        *(np.tile(a, (times,) + (1,) * (a.ndim - 1)) for a in (curves.batches, curves.ttft, curves.tbt))
-    )
+    return _rows(curves, lambda a: np.tile(a, (times,) + (1,) * (a.ndim - 1)))
 
 
 def rates(t: UseTable, curves: Curves) -> np.ndarray:
@@ -384,8 +381,11 @@ def kv_wait(t: UseTable) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _nic_u(t: UseTable) -> np.ndarray:
-    if t.nic_u is not None:
-        return t.nic_u
+    return t.nic_u if t.nic_u is not None else _mean_wait_nic_cap(t)
+
+
+def _mean_wait_nic_cap(t: UseTable) -> np.ndarray:
+    """The M/D/1 utilization whose mean wait behind the longest transfer fits the NIC's reserve share."""
     return np.where(t.t_kv > 0, md1_cap(t.t_kv * t.kv_share, t.kv_slack_ms / KV_SERVERS), 0.0)
 
 
@@ -409,13 +409,18 @@ def nic_caps(t: UseTable) -> tuple[np.ndarray, np.ndarray]:
     return cap * np.clip(ratio, 0.0, 1.0), cap >= NIC_FLOOR
 
 
+def _rows(table, take):
+    """A copy of a UseTable or Curves with `take` applied to every per-use array (None stays None)."""
+    fields = {name: getattr(table, name) for name in table.__dataclass_fields__}
+    return type(table)(**{name: None if a is None else take(a) for name, a in fields.items()})
+
+
 def _subset(t: UseTable, mask: np.ndarray) -> UseTable:
-    fields = {name: getattr(t, name) for name in t.__dataclass_fields__}
-    return UseTable(**{name: None if value is None else value[mask] for name, value in fields.items()})
+    return _rows(t, lambda a: a[mask])
 
 
 def _subset_curves(curves: Curves, mask: np.ndarray) -> Curves:
-    return Curves(curves.batches[mask], curves.ttft[mask], curves.tbt[mask])
+    return _rows(curves, lambda a: a[mask])
 
 
 # --- predictions at the planned load -----------------------------------------------------------------
