@@ -306,7 +306,7 @@ def _drop_unreachable(uses: pd.DataFrame) -> pd.DataFrame:
 
 # --- headroom (fleetplan/solver/capacity.py) -----------------------------------------------------------
 
-LEVEL_STEP = 0.05  # admissible utilizations are rounded down to this grid: few distinct pool levels
+LEVEL_STEP = 1.0 / capacity.LEVELS  # admissible utilizations lie on this grid: few distinct pool levels
 
 
 def percentile_curves(uses: pd.DataFrame, classes: pd.DataFrame, table: ProfileTable) -> capacity.Curves:
@@ -423,7 +423,7 @@ def admissible_loads(
     uses = uses.reset_index(drop=True)
     curves = percentile_curves(uses, classes, table)
     t = capacity.with_kv_reserve(use_table(uses, classes), curves)
-    rho = np.clip(capacity.rates(t, curves) / t.rate, 0.0, 1.0)
+    rho = np.clip(capacity.rates(t, curves, capacity.LEVELS) / t.rate, 0.0, 1.0)
     nic, usable = capacity.nic_caps(t)
     if options.max_utilization is not None:
         rho, nic = np.minimum(rho, options.max_utilization), np.minimum(nic, options.max_utilization)

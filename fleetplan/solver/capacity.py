@@ -43,6 +43,9 @@ KV_SERVERS = 3  # source NIC, destination NIC, link: each gets an equal part of 
 RHO_MIN = 0.02  # a use admissible below this utilization is not worth a pool
 NIC_FLOOR = 0.2  # a use whose KV transfers fit only below this NIC time share would throttle its pool
 BISECTIONS = 40
+# Admissible utilizations are planned on the grid k / LEVELS of an instance's full-batch rate (the MILP's
+# pool levels): on that grid the largest feasible point is found in ceil(log2(LEVELS + 1)) = 5 evaluations
+LEVELS = 20
 NIC_STEPS = 8  # NIC utilizations tried per prefill use: k/8 of its mean-wait cap (nic_utilization)
 # The SLO is planned at TAIL_MARGIN x its tail probability (p95 for a p90 SLO, p99.5 for p99): the promise
 # is judged on 600 s windows, where the empirical percentile of a class of a few requests/s scatters by
@@ -123,14 +126,29 @@ def erlang_c(servers: np.ndarray, load: np.ndarray) -> np.ndarray:
     return np.clip(blocking / (1.0 - rho * (1.0 - blocking)), 0.0, 1.0)
 
 
-def bisect_rate(feasible, upper: np.ndarray) -> np.ndarray:
-    """The largest rate in (0, upper) where `feasible(rate)` holds, elementwise (feasible is monotone)."""
+def bisect_rate(feasible, upper: np.ndarray, levels: int | None = None) -> np.ndarray:
+    """The largest rate in (0, upper) where `feasible(rate)` holds, elementwise (feasible is monotone).
+
+    With `levels`, only the grid k / levels x upper (k = 0..levels) is searched: the largest feasible grid
+    point (0 if none), exactly what rounding the continuous answer down to that grid gives."""
+    if levels is not None:
+        return _bisect_grid(feasible, upper, levels)
     lo, hi = np.zeros_like(upper), upper.copy()
     for _ in range(BISECTIONS):
         mid = 0.5 * (lo + hi)
         ok = feasible(mid)
         lo, hi = np.where(ok, mid, lo), np.where(ok, hi, mid)
     return lo
+
+
+def _bisect_grid(feasible, upper: np.ndarray, levels: int) -> np.ndarray:
+    lo = np.zeros(upper.shape, dtype=np.int64)  # largest grid point known feasible (k = 0: nothing admitted)
+    hi = np.full(upper.shape, levels + 1, dtype=np.int64)  # smallest known infeasible (levels + 1: none yet)
+    while (open_ := hi - lo > 1).any():
+        mid = (lo + hi) // 2
+        ok = feasible(np.minimum(mid, levels) / levels * upper)
+        lo, hi = np.where(open_ & ok, mid, lo), np.where(open_ & ~ok, mid, hi)
+    return lo / levels * upper
 
 
 def batch_fixed_point(
@@ -140,43 +158,57 @@ def batch_fixed_point(
     n = np.ones_like(rate)
     for _ in range(12):
         mean, _ = moments(service_grid(curves.at("ttft", n)))
-        n = np.clip(rate * (mean + extra_ms) / 1e3, 1.0, batch)
+        n, previous = np.clip(rate * (mean + extra_ms) / 1e3, 1.0, batch), n
+        if np.allclose(n, previous, rtol=1e-12, atol=0.0):
+            break
     return n
 
 
 # --- prefill ----------------------------------------------------------------------------------------------
 
 
-def batch_wait(rate, curves, batch, n, grid, share=1.0) -> tuple[np.ndarray, np.ndarray]:
+def batch_wait(rate, curves, batch, n, grid, share=1.0, full_mean=None) -> tuple[np.ndarray, np.ndarray]:
     """(probability, conditional mean ms) of waiting for the prefill batch in progress, batches of n* forming.
 
     The instance is busy with probability U = rate E[S(n*)] / n* (identically 1 while n* is strictly
     between 1 and b: greedy batching keeps a loaded server busy). A request then waits the batch's mean
     residual r_b = E[S^2] / (2 E[S]), stretched by 1 / (1 - rho_b) for the queue that builds only once
     batches are full, rho_b = rate E[S(b)] / b (the load against full-batch capacity). At b = 1 this is
-    Pollaczek-Khinchine; with b > 1 it keeps the batching gain that U alone would lose."""
+    Pollaczek-Khinchine; with b > 1 it keeps the batching gain that U alone would lose. `full_mean`
+    (E[S(b)], `full_batch_mean`) may be passed in when the same uses are evaluated at many rates."""
     mean, residual = moments(grid)
     busy = np.clip(rate * mean / (1e3 * n), 0.0, 1.0)
-    full_mean, _ = moments(service_grid(curves.at("ttft", batch)))
+    full_mean = full_batch_mean(curves, batch) if full_mean is None else full_mean
     rho_b = rate * full_mean / (1e3 * batch)
     wait = share * residual / np.maximum(1.0 - rho_b, 1e-9)
     return np.where(rho_b < 1.0, busy, 1.0), np.where(rho_b < 1.0, wait, np.inf)
 
 
-def prefill_tail(rate, curves, batch, limit_ms, kv=None, share=1.0):
+def full_batch_mean(curves, batch) -> np.ndarray:
+    """E[S(b)] in ms: the mean prefill time of a full batch of each use."""
+    return moments(service_grid(curves.at("ttft", batch)))[0]
+
+
+def prefill_tail(rate, curves, batch, limit_ms, kv=None, share=1.0, full_mean=None):
     """P(TTFT > limit) for one prefill instance at `rate` requests/s (batch-as-job M/G/1), with the KV
     queueing wait `kv` = (probability, conditional mean) added where the KV cache moves."""
     n = batch_fixed_point(rate, curves, batch, np.zeros_like(rate))
     grid = service_grid(curves.at("ttft", n))
-    busy, wait = batch_wait(rate, curves, batch, n, grid, share)
+    busy, wait = batch_wait(rate, curves, batch, n, grid, share, full_mean)
     kv_prob, kv_mean = kv if kv is not None else (None, None)
     prob = tail(grid, limit_ms, busy, np.where(np.isfinite(wait), wait, 1e12), kv_prob, kv_mean)
     return np.where(np.isfinite(wait), prob, 1.0)
 
 
-def prefill_admissible(curves, batch, limit_ms, epsilon, full_rate, kv=None, share=1.0):
-    """Largest per-instance rate (requests/s) keeping P(TTFT > limit) <= epsilon."""
-    return bisect_rate(lambda r: prefill_tail(r, curves, batch, limit_ms, kv, share) <= epsilon, full_rate)
+def prefill_admissible(curves, batch, limit_ms, epsilon, full_rate, kv=None, share=1.0, levels=None):
+    """Largest per-instance rate (requests/s) keeping P(TTFT > limit) <= epsilon (on the grid k / levels
+    of full_rate when `levels` is given)."""
+    full_mean = full_batch_mean(curves, batch)
+
+    def ok(rate):
+        return prefill_tail(rate, curves, batch, limit_ms, kv, share, full_mean) <= epsilon
+
+    return bisect_rate(ok, full_rate, levels)
 
 
 # --- decode -----------------------------------------------------------------------------------------------
@@ -270,7 +302,7 @@ def nic_utilization(t: UseTable, curves: Curves) -> np.ndarray:
     limit = s.ttft_slo - s.t_kv - s.kv_slack_ms / KV_SERVERS
     kv = _two_nic_wait(trial, s.t_kv * s.kv_share)
     carried = np.minimum(
-        prefill_admissible(c, s.batch, limit, s.epsilon, s.rate, kv, s.share), trial * 1e3 / s.t_kv
+        prefill_admissible(c, s.batch, limit, s.epsilon, s.rate, kv, s.share, LEVELS), trial * 1e3 / s.t_kv
     )
     # below NIC_FLOOR the use would be dropped (nic_caps): only the mean-wait cap itself is kept there
     carried = np.where((trial >= NIC_FLOOR) | (fractions == 1.0), carried, -1.0).reshape(NIC_STEPS, -1)
@@ -290,24 +322,25 @@ def _repeat_curves(curves: Curves, times: int) -> Curves:
     return _rows(curves, lambda a: np.tile(a, (times,) + (1,) * (a.ndim - 1)))
 
 
-def rates(t: UseTable, curves: Curves) -> np.ndarray:
-    """Admissible requests/s per instance for every use (the SLO percentile holds with the waits)."""
+def rates(t: UseTable, curves: Curves, levels: int | None = None) -> np.ndarray:
+    """Admissible requests/s per instance for every use (the SLO percentile holds with the waits); with
+    `levels`, the largest such rate on the grid k / levels of the full-batch rate (`bisect_rate`)."""
     out = np.zeros(len(t.rate))
     for role, fn in (("prefill", _prefill_rates), ("decode", _decode_rates), ("colocated", _colocated_rates)):
         mask = t.role == role
         if mask.any():
-            out[mask] = fn(_subset(t, mask), _subset_curves(curves, mask))
+            out[mask] = fn(_subset(t, mask), _subset_curves(curves, mask), levels)
     return out
 
 
-def _prefill_rates(t: UseTable, curves: Curves) -> np.ndarray:
+def _prefill_rates(t: UseTable, curves: Curves, levels: int | None) -> np.ndarray:
     # the KV cache crosses the two NICs at their caps: those waits join the TTFT tail; a link budget's
     # share of the reserve is taken off the limit
     limit = t.ttft_slo - t.t_kv - np.where(t.t_kv > 0, t.kv_slack_ms / KV_SERVERS, 0.0)
-    return prefill_admissible(curves, t.batch, limit, t.epsilon, t.rate, kv_wait(t), t.share)
+    return prefill_admissible(curves, t.batch, limit, t.epsilon, t.rate, kv_wait(t), t.share, levels)
 
 
-def _decode_rates(t: UseTable, curves: Curves) -> np.ndarray:
+def _decode_rates(t: UseTable, curves: Curves, levels: int | None) -> np.ndarray:
     tbt_grid = service_grid(curves.at("tbt", t.batch))
     mean, _ = moments(tbt_grid)
     steps = np.maximum(t.steps, 1.0)
@@ -317,14 +350,15 @@ def _decode_rates(t: UseTable, curves: Curves) -> np.ndarray:
     def ok(rate):
         return decode_tail(rate, tbt_grid, hold, slots, steps, t.tbt_slo, t.share) <= t.epsilon
 
-    return np.where(t.steps > 0, bisect_rate(ok, t.rate), t.rate)
+    return np.where(t.steps > 0, bisect_rate(ok, t.rate, levels), t.rate)
 
 
-def _colocated_rates(t: UseTable, curves: Curves) -> np.ndarray:
+def _colocated_rates(t: UseTable, curves: Curves, levels: int | None) -> np.ndarray:
     """Both percentiles: TPOT = TBT / (1 - u_p) (prefill stalls) and TTFT = slot wait + step + prefill."""
     tbt_mean, _ = moments(service_grid(curves.at("tbt", t.batch)))
     stall_cap = np.clip(1.0 - t.tbt_q / t.tbt_slo, 0.0, 1.0)  # largest prefill share of the instance's time
     slots = t.batch.astype(np.int64)
+    full_mean = full_batch_mean(curves, t.batch)
 
     def ok(rate):
         n = batch_fixed_point(rate, curves, t.batch, tbt_mean)
@@ -335,20 +369,20 @@ def _colocated_rates(t: UseTable, curves: Curves) -> np.ndarray:
         hold = prefill_mean + t.steps * tbt_mean * stretch
         load = rate * hold / 1e3
         fits = (load < slots) & (stall <= stall_cap)
-        ttft = tail(grid, t.ttft_slo - tbt_mean, *_colocated_waits(t, curves, rate, grid, n, hold, slots))
-        return fits & (ttft <= t.epsilon)
+        waits = _colocated_waits(t, curves, rate, grid, n, hold, slots, full_mean)
+        return fits & (tail(grid, t.ttft_slo - tbt_mean, *waits) <= t.epsilon)
 
-    return bisect_rate(ok, t.rate)
+    return bisect_rate(ok, t.rate, levels)
 
 
-def _colocated_waits(t: UseTable, curves, rate, grid, n, hold, slots) -> tuple:
+def _colocated_waits(t: UseTable, curves, rate, grid, n, hold, slots, full_mean=None) -> tuple:
     """A colocated request's two waits before its prefill ends, as `tail()` takes them: a free slot (Erlang C
     over the b slots, each held `hold` ms) and the prefill batch already running (`batch_wait`, as for a
     prefill instance; prefill-first scheduling runs one batch at a time)."""
     load = rate * hold / 1e3
     slot_prob = erlang_c(slots, np.minimum(load, slots - 1e-9))
     slot_mean = t.share * hold / np.maximum(slots - load, 1e-9)
-    busy, wait = batch_wait(rate, curves, t.batch, n, grid, t.share)
+    busy, wait = batch_wait(rate, curves, t.batch, n, grid, t.share, full_mean)
     return slot_prob, slot_mean, busy, np.where(np.isfinite(wait), wait, 1e12)
 
 
