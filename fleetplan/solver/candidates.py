@@ -54,7 +54,7 @@ class Candidates:
     devices: pd.DataFrame
     keyed: bool
     link_rho: dict  # (source, target) -> headroom of that link budget; None -> of kv_budget_gbps
-    table: ProfileTable | None = None  # the profile set, for the capacity model's latency predictions
+    curves: "CurveBook | None" = None  # latency distributions, for the capacity model's predictions
 
 
 def class_table(request: PlanRequest) -> pd.DataFrame:
@@ -110,16 +110,26 @@ def check_profiles_cover(request: PlanRequest, table: ProfileTable) -> None:
                 raise ProfileMissing(msg, field=f"workloads[{index}].slo.percentile")
 
 
-def interpolate_latency(classes: pd.DataFrame, table: ProfileTable) -> pd.DataFrame:
+def class_points(classes: pd.DataFrame, table: ProfileTable) -> pd.DataFrame:
+    """Every profiled (device, tp, batch) of each class's model at its prompt length, all six latency
+    columns (`profiler.tables.latency_at_prompt`, the one interpolator shared with the simulator), with the
+    class index `w`. Computed once per request: the candidates and the capacity model both read it."""
+    queries = classes.reset_index(names="w")[["w", "model", "prompt_tokens", "percentile"]]
+    return latency_at_prompt(table.frame, queries)
+
+
+def interpolate_latency(
+    classes: pd.DataFrame, table: ProfileTable, points: pd.DataFrame | None = None
+) -> pd.DataFrame:
     """TTFT and TBT of every class on every profiled (device, tp, batch) of its model, at its prompt length
     and at its SLO percentile.
 
     The one latency-at-prompt interpolator, shared with the simulator (`profiler.tables.latency_at_prompt`):
     linear in prompt_tokens between the two profiled rows bracketing the prompt; NaN outside the profiled
     range (never extrapolated) and NaN where the percentile is missing at one of the bracketing rows.
+    `points` (class_points of the same classes) may be passed in when already computed.
     """
-    queries = classes.reset_index(names="w")[["w", "model", "prompt_tokens", "percentile"]]
-    points = latency_at_prompt(table.frame, queries)
+    points = class_points(classes, table) if points is None else points
     which = np.searchsorted(PERCENTILES, points["percentile"].to_numpy())
     rows = np.arange(len(points))
     out = points[["w", "device", "tp", "batch"]].copy()
@@ -278,20 +288,22 @@ def build_candidates(request: PlanRequest, table: ProfileTable) -> Candidates:
     """All candidate tables for one request: the only place that reads the profile table."""
     classes = class_table(request)
     devices = device_table(request)
-    latency = interpolate_latency(classes, table)
+    at_prompt = class_points(classes, table)
+    latency = interpolate_latency(classes, table, at_prompt)
     points = _usable(latency, request, devices)
     uses = role_uses(points, classes, request)
     keyed = bool(request.links) or request.kv_budget_gbps is not None
     uses = flow_tiers(uses, classes, keyed)
     # A decode use nobody's prefill can reach, or a prefill use with no decode tier, carries no flow.
     uses = _drop_unreachable(uses)
-    uses = headroom_levels(uses, classes, request, table)
+    book = curve_book(at_prompt)
+    uses = headroom_levels(uses, classes, request, book)
     uses, link_rho = link_headroom(uses, request)
     uses = _renumber_tiers(_drop_unreachable(uses))
     pools, uses = attach_pools(uses)
     pools, uses = drop_dominated_pools(pools, uses)
     uses = uses.sort_values(["pool", "w", "key", "level"], kind="stable").reset_index(drop=True)
-    return Candidates(request, classes, latency, pools, uses, devices, keyed, link_rho, table)
+    return Candidates(request, classes, latency, pools, uses, devices, keyed, link_rho, book)
 
 
 def _drop_unreachable(uses: pd.DataFrame) -> pd.DataFrame:
@@ -309,28 +321,39 @@ def _drop_unreachable(uses: pd.DataFrame) -> pd.DataFrame:
 LEVEL_STEP = 1.0 / capacity.LEVELS  # admissible utilizations lie on this grid: few distinct pool levels
 
 
-def percentile_curves(uses: pd.DataFrame, classes: pd.DataFrame, table: ProfileTable) -> capacity.Curves:
-    """Per use, p50/p90/p99 of TTFT and TBT at its class's prompt over every profiled batch of its
-    (model, device, tp): the service-time distributions the capacity model integrates."""
-    by_q = [interpolate_latency(classes.assign(percentile=q), table) for q in PERCENTILES]
-    frame = by_q[0][["w", "device", "tp", "batch"]].copy()
-    for q, part in zip(PERCENTILES, by_q, strict=True):
-        frame[f"ttft_p{q}"], frame[f"tbt_p{q}"] = part["ttft_ms"].to_numpy(), part["tbt_ms"].to_numpy()
-    frame = frame[np.isfinite(frame[[f"ttft_p{q}" for q in PERCENTILES]]).any(axis=1).to_numpy()]
+@dataclass(frozen=True)
+class CurveBook:
+    """p50/p90/p99 of TTFT and TBT of every class at its prompt over the profiled batches of each (device,
+    tp): group g = one (w, device, tp), `batches` (G, K) ascending padded with +inf, `ttft`/`tbt` (G, K, 3).
+    Built once per request (`curve_book`); `curves(uses)` gives the capacity model's per-use view."""
+
+    groups: pd.DataFrame  # w, device, tp, g
+    batches: np.ndarray
+    ttft: np.ndarray
+    tbt: np.ndarray
+
+    def curves(self, uses: pd.DataFrame) -> capacity.Curves:
+        keys = ["w", "device", "tp"]
+        of_use = uses[keys].merge(self.groups, on=keys, how="left")["g"].to_numpy()
+        return capacity.Curves(self.batches[of_use], self.ttft[of_use], self.tbt[of_use])
+
+
+def curve_book(points: pd.DataFrame) -> CurveBook:
+    """The CurveBook of `class_points`: the service-time distributions the capacity model integrates."""
+    columns = {m: [f"{m}_ms_p{q}" for q in PERCENTILES] for m in ("ttft", "tbt")}
+    frame = points[np.isfinite(points[columns["ttft"]].to_numpy(float)).any(axis=1)]
     frame = frame.sort_values(["w", "device", "tp", "batch"], kind="stable")
-    frame["k"] = frame.groupby(["w", "device", "tp"]).cumcount()
+    k = frame.groupby(["w", "device", "tp"]).cumcount().to_numpy()
     groups = frame[["w", "device", "tp"]].drop_duplicates().reset_index(drop=True)
     groups["g"] = np.arange(len(groups))
-    frame = frame.merge(groups, on=["w", "device", "tp"])
-    width = int(frame["k"].max()) + 1 if len(frame) else 1
+    g = frame[["w", "device", "tp"]].merge(groups, on=["w", "device", "tp"])["g"].to_numpy()
+    width = int(k.max()) + 1 if len(frame) else 1
     batches = np.full((len(groups), width), np.inf)
-    values = {m: np.full((len(groups), width, 3), np.nan) for m in ("ttft", "tbt")}
-    g, k = frame["g"].to_numpy(), frame["k"].to_numpy()
     batches[g, k] = frame["batch"].to_numpy(float)
-    for m in values:
-        values[m][g, k] = frame[[f"{m}_p{q}" for q in PERCENTILES]].to_numpy(float)
-    of_use = uses[["w", "device", "tp"]].merge(groups, on=["w", "device", "tp"], how="left")["g"].to_numpy()
-    return capacity.Curves(batches[of_use], values["ttft"][of_use], values["tbt"][of_use])
+    values = {m: np.full((len(groups), width, 3), np.nan) for m in columns}
+    for m, names in columns.items():
+        values[m][g, k] = frame[names].to_numpy(float)
+    return CurveBook(groups, batches, values["ttft"], values["tbt"])
 
 
 def use_table(uses: pd.DataFrame, classes: pd.DataFrame) -> capacity.UseTable:
@@ -389,7 +412,7 @@ def _kv_share(uses: pd.DataFrame, t_kv: np.ndarray) -> np.ndarray:
 
 
 def headroom_levels(
-    uses: pd.DataFrame, classes: pd.DataFrame, request: PlanRequest, table: ProfileTable
+    uses: pd.DataFrame, classes: pd.DataFrame, request: PlanRequest, book: "CurveBook"
 ) -> pd.DataFrame:
     """Give every use its admissible utilization `rho` and NIC cap `nic_rho`, and expand pools into levels.
 
@@ -402,10 +425,10 @@ def headroom_levels(
     if options.capacity_model == "flat":
         rho = flat_headroom(options)
         return uses.assign(rho=rho, nic_rho=1.0, kv_slack_ms=0.0, nic_u=0.0)  # v1: NIC rows not derated
-    uses = admissible_loads(uses, classes, table, options)
+    uses = admissible_loads(uses, classes, book, options)
     # once more over the uses that remain: a class that can never use a pool shape (its SLO is out of
     # reach there) no longer lengthens the FIFO waits (share, kv_share) of those that can
-    uses = admissible_loads(uses, classes, table, options)
+    uses = admissible_loads(uses, classes, book, options)
     base = ["owner", "role", "device", "tp", "batch"]
     levels = uses[[*base, "use_rho"]].drop_duplicates().rename(columns={"use_rho": "rho"})
     expanded = uses.merge(levels, on=base)
@@ -416,12 +439,12 @@ def headroom_levels(
 
 
 def admissible_loads(
-    uses: pd.DataFrame, classes: pd.DataFrame, table: ProfileTable, options: Options
+    uses: pd.DataFrame, classes: pd.DataFrame, book: "CurveBook", options: Options
 ) -> pd.DataFrame:
     """The queueing model's admissible utilization (`use_rho`, on the LEVEL_STEP grid), NIC cap and KV
     reserve of every use; uses below RHO_MIN or whose NICs would throttle their pool are dropped."""
     uses = uses.reset_index(drop=True)
-    curves = percentile_curves(uses, classes, table)
+    curves = book.curves(uses)
     t = capacity.with_kv_reserve(use_table(uses, classes), curves)
     rho = np.clip(capacity.rates(t, curves, capacity.LEVELS) / t.rate, 0.0, 1.0)
     nic, usable = capacity.nic_caps(t)
@@ -477,7 +500,7 @@ def predicted_latency(
     """(TTFT, TBT) at the SLO percentile of `uses` when one instance takes `rate` requests/s of each
     (capacity.predict: the same queueing model that set the admissible loads, at the class's percentile
     itself rather than the margin it was planned at)."""
-    if uses.empty or cand.table is None:
+    if uses.empty or cand.curves is None:
         return np.full(len(uses), np.nan), np.full(len(uses), np.nan)
     uses = uses.reset_index(drop=True)
     t = use_table(uses, cand.classes)
@@ -488,7 +511,7 @@ def predicted_latency(
         kv_slack_ms=uses["kv_slack_ms"].to_numpy(float),
         nic_u=uses["nic_u"].to_numpy(float),
     )
-    return capacity.predict(t, percentile_curves(uses, cand.classes, cand.table), rate)
+    return capacity.predict(t, cand.curves.curves(uses), rate)
 
 
 def _renumber_tiers(uses: pd.DataFrame) -> pd.DataFrame:
