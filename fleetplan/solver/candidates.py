@@ -11,8 +11,11 @@ reach. The reachable sets are nested, which is what lets the solver replace z[w,
 """
 
 import dataclasses
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass
 
+import msgspec
 import numpy as np
 import pandas as pd
 
@@ -284,8 +287,58 @@ def keep_pools(
     return kept, uses.reset_index(drop=True)
 
 
+# What the candidate tables depend on besides the profile set: every request field except the classes' demand
+# (rate_rps, weight: read only by the formulation, from `classes`) and the options below that are not listed.
+CANDIDATE_OPTIONS = (
+    "capacity_model",
+    "max_utilization",
+    "pooling",
+    "batch_sizes",
+    "tp_degrees",
+    "allow_colocated",
+    "allow_disaggregated",
+)
+CACHE_SIZE = 64  # candidate sets kept per process (an autoscaler loop or a what-if sweep re-plans one fleet)
+_cache: "OrderedDict[bytes, Candidates]" = OrderedDict()
+_cache_lock = threading.Lock()
+
+
 def build_candidates(request: PlanRequest, table: ProfileTable) -> Candidates:
-    """All candidate tables for one request: the only place that reads the profile table."""
+    """All candidate tables for one request: the only place that reads the profile table.
+
+    The tables of the last CACHE_SIZE (profile set, fleet, classes, options) are kept: a request that
+    differs from one of them only in demand, weights, budget, objective or solver options reuses them (the
+    capacity model is most of the time of a plan) with its own `classes` demand and `request`."""
+    key = candidates_key(request, table)
+    with _cache_lock:
+        hit = _cache.get(key)
+        if hit is not None:
+            _cache.move_to_end(key)
+    if hit is None:
+        hit = _build_candidates(request, table)
+        with _cache_lock:
+            _cache[key] = hit
+            while len(_cache) > CACHE_SIZE:
+                _cache.popitem(last=False)
+    demand = class_table(request)[["rate_rps", "weight"]]
+    return dataclasses.replace(hit, request=request, classes=hit.classes.assign(**demand))
+
+
+def candidates_key(request: PlanRequest, table: ProfileTable) -> bytes:
+    """What `build_candidates` reads: the profile set's hash, the fleet, the classes without their demand,
+    and CANDIDATE_OPTIONS."""
+    workloads = [msgspec.structs.replace(w, rate_rps=1.0, weight=1.0) for w in request.workloads]
+    options = {name: getattr(request.options, name) for name in CANDIDATE_OPTIONS}
+    parts = (table.name, table.sha256, request.devices, request.links, request.kv_budget_gbps)
+    return msgspec.json.encode((*parts, request.model_specs(), workloads, options))
+
+
+def clear_candidates_cache() -> None:
+    with _cache_lock:
+        _cache.clear()
+
+
+def _build_candidates(request: PlanRequest, table: ProfileTable) -> Candidates:
     classes = class_table(request)
     devices = device_table(request)
     at_prompt = class_points(classes, table)

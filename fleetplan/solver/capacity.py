@@ -192,9 +192,20 @@ def full_batch_mean(curves, batch) -> np.ndarray:
 def prefill_tail(rate, curves, batch, limit_ms, kv=None, share=1.0, full_mean=None):
     """P(TTFT > limit) for one prefill instance at `rate` requests/s (batch-as-job M/G/1), with the KV
     queueing wait `kv` = (probability, conditional mean) added where the KV cache moves."""
+    return prefill_tail_at(prefill_state(rate, curves, batch, share, full_mean), limit_ms, kv)
+
+
+def prefill_state(rate, curves, batch, share=1.0, full_mean=None) -> tuple:
+    """What the TTFT tail of a prefill instance at `rate` needs and the limit does not change: the service
+    grid at the batch occupancy n* and the (probability, conditional mean) of the wait for a batch."""
     n = batch_fixed_point(rate, curves, batch, np.zeros_like(rate))
     grid = service_grid(curves.at("ttft", n))
-    busy, wait = batch_wait(rate, curves, batch, n, grid, share, full_mean)
+    return (grid, *batch_wait(rate, curves, batch, n, grid, share, full_mean))
+
+
+def prefill_tail_at(state: tuple, limit_ms, kv=None) -> np.ndarray:
+    """P(TTFT > limit) from a `prefill_state` (1 where the batches overload the instance)."""
+    grid, busy, wait = state
     kv_prob, kv_mean = kv if kv is not None else (None, None)
     prob = tail(grid, limit_ms, busy, np.where(np.isfinite(wait), wait, 1e12), kv_prob, kv_mean)
     return np.where(np.isfinite(wait), prob, 1.0)
@@ -479,10 +490,8 @@ def predict(t: UseTable, curves: Curves, rate: np.ndarray) -> tuple[np.ndarray, 
     pre = t.role == "prefill"
     if pre.any():
         s, c = _subset(t, pre), _subset_curves(curves, pre)
-        kv = kv_wait(s)
-        ttft[pre] = bisect_limit(
-            lambda lim: prefill_tail(rate[pre], c, s.batch, lim, kv, s.share), s.epsilon, upper[pre]
-        )
+        kv, state = kv_wait(s), prefill_state(rate[pre], c, s.batch, s.share)
+        ttft[pre] = bisect_limit(lambda lim: prefill_tail_at(state, lim, kv), s.epsilon, upper[pre])
     dec = (t.role == "decode") & (t.steps > 0)
     if dec.any():
         s, c = _subset(t, dec), _subset_curves(curves, dec)
