@@ -20,11 +20,13 @@ run: install
 	@echo "  curl -s -X POST http://$(HOST):$(PORT)/plan -H 'content-type: application/json' --data @fleetplan/fixtures/requests/paper.json"
 	$(BIN)/fleetplan serve --host $(HOST) --port $(PORT)
 
-# lint is part of the tests: ruff check (complexity rules on) and ruff format --check, then pytest
+# lint is part of the tests: ruff check (complexity rules on) and ruff format --check, then pytest on every
+# core (pytest-xdist), then alone the few tests that measure real CPU timings (marker `serial`)
 test: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n auto -m "not serial"
+	$(BIN)/python -m pytest -m serial
 
 # Build the sdist and wheel, install the wheel in a fresh venv outside the checkout, plan and serve from it
 dist-check: install

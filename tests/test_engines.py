@@ -15,6 +15,8 @@ import pytest
 from fleetplan.models.errors import InputError
 from fleetplan.profiler.engines import EngineUnavailable, RequestTiming, get_engine
 
+# real CPU timings: run alone, after the parallel part of `make test` (pyproject: markers)
+pytestmark = pytest.mark.serial
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 

@@ -4,6 +4,9 @@ set, and the solver plans from it."""
 import msgspec
 import pytest
 
+# real CPU timings: run alone, after the parallel part of `make test` (pyproject: markers)
+pytestmark = pytest.mark.serial
+
 pytest.importorskip(
     "torch", reason="the transformers engine needs the profile-cpu extra (make test installs it)"
 )
