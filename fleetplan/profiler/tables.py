@@ -297,25 +297,44 @@ def latency_at_prompt(frame: pd.DataFrame, queries: pd.DataFrame) -> pd.DataFram
     one of the two bracketing rows (a gap is never filled from farther rows), and unaffected elsewhere.
     Each percentile is interpolated on its own, so a missing p99 does not hide p50 and p90.
     """
-    groups = frame[PROFILE_GROUP].drop_duplicates()
-    left = queries.reset_index(drop=True).reset_index(names="_query").merge(groups, on="model")
-    left = left.sort_values("prompt_tokens", kind="stable")
-    right = frame[[*PROFILE_GROUP, "prompt_tokens", *LATENCY_COLUMNS]]
-    right = right.rename(columns={"prompt_tokens": "p_at"})
-    right = right.sort_values("p_at", kind="stable")
-    on = {"left_on": "prompt_tokens", "right_on": "p_at", "by": PROFILE_GROUP}
-    below = pd.merge_asof(left[[*PROFILE_GROUP, "prompt_tokens"]], right, direction="backward", **on)
-    above = pd.merge_asof(left[[*PROFILE_GROUP, "prompt_tokens"]], right, direction="forward", **on)
-    p = left["prompt_tokens"].to_numpy(float)
-    p_lo, p_hi = below["p_at"].to_numpy(float), above["p_at"].to_numpy(float)
-    in_range = np.isfinite(p_lo) & np.isfinite(p_hi)
-    span = np.where(in_range, p_hi - p_lo, 0.0)
-    out = left.copy()
+    rows = frame.sort_values([*PROFILE_GROUP, "prompt_tokens"], kind="stable")
+    group_of = rows.groupby(PROFILE_GROUP, sort=False).ngroup().to_numpy(np.int64)
+    starts = np.flatnonzero(np.diff(group_of, prepend=-1) != 0)
+    ends = np.append(starts[1:], len(rows)).astype(np.int64)
+    groups = rows.iloc[starts][PROFILE_GROUP].reset_index(drop=True)
+    queries = queries.reset_index(drop=True)
+    query, group = _query_groups(groups["model"].to_numpy(), queries["model"].to_numpy())
+    prompt = queries["prompt_tokens"].to_numpy(np.int64)[query]
+    p_rows = rows["prompt_tokens"].to_numpy(np.int64)
+    # rows sorted by (group, prompt): one searchsorted on group * scale + prompt brackets every prompt
+    scale = p_rows.max(initial=0) + prompt.max(initial=0) + 2
+    keys, target = group_of * scale + p_rows, group * scale + prompt
+    above = np.searchsorted(keys, target, side="left")  # the nearest profiled prompt at or above
+    below = np.searchsorted(keys, target, side="right") - 1  # the nearest at or below
+    in_range = (above < ends[group]) & (below >= starts[group]) if len(rows) else np.zeros(len(group), bool)
+    lo_i, hi_i = np.where(in_range, below, 0), np.where(in_range, above, 0)
+    p = prompt.astype(float)[:, None]
+    p_lo, p_hi = p_rows[lo_i].astype(float)[:, None], p_rows[hi_i].astype(float)[:, None]
+    span = np.where(in_range[:, None], p_hi - p_lo, 0.0)
+    values = rows[list(LATENCY_COLUMNS)].to_numpy(float)
+    lo, hi = values[lo_i], values[hi_i]
     with np.errstate(invalid="ignore", divide="ignore"):
-        for column in LATENCY_COLUMNS:
-            lo, hi = below[column].to_numpy(float), above[column].to_numpy(float)
-            between = (hi - lo) / np.where(span > 0, span, 1.0) * (p - p_lo) + lo
-            out[column] = np.where(in_range, np.where(span > 0, between, lo), np.nan)
+        between = (hi - lo) / np.where(span > 0, span, 1.0) * (p - p_lo) + lo
+    latency = np.where(in_range[:, None], np.where(span > 0, between, lo), np.nan)
+    out = queries.iloc[query].reset_index(drop=True)
+    for column in ("device", "tp", "batch"):
+        out[column] = groups[column].to_numpy()[group]
+    for j, column in enumerate(LATENCY_COLUMNS):
+        out[column] = latency[:, j]
     out["in_range"] = in_range
-    out = out.sort_values(["_query", "device", "tp", "batch"], kind="stable").drop(columns="_query")
-    return out.reset_index(drop=True)
+    return out
+
+
+def _query_groups(group_models: np.ndarray, query_models: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(query index, group index) of every profiled group of each query's model, query-major: the groups of
+    one model are contiguous in `group_models` (sorted by model first)."""
+    first = np.searchsorted(group_models, query_models, side="left")
+    counts = np.searchsorted(group_models, query_models, side="right") - first
+    query = np.repeat(np.arange(len(query_models)), counts)
+    offset = np.arange(counts.sum()) - np.repeat(np.cumsum(counts) - counts, counts)
+    return query, (np.repeat(first, counts) + offset).astype(np.int64)
