@@ -55,6 +55,7 @@ class Candidates:
     keyed: bool
     link_rho: dict  # (source, target) -> headroom of that link budget; None -> of kv_budget_gbps
     table: ProfileTable | None = None  # the profile set, for the capacity model's latency predictions
+    churn: object | None = None  # formulation.Churn: the plan in force, for a churn-limited re-plan
 
 
 def class_table(request: PlanRequest) -> pd.DataFrame:
