@@ -31,6 +31,8 @@ TAGS = ["fleets"]
 Limit = Annotated[int, QueryParameter(ge=1, le=500, description="Page size")]
 Offset = Annotated[int, QueryParameter(ge=0, description="Items to skip (newest first)")]
 FleetName = Annotated[str, Parameter(description="The fleet's name")]
+PlanId = Annotated[int, Parameter(description="A stored plan's id")]
+RunId = Annotated[int, Parameter(description="A run's id")]
 
 
 class StoreHandle:
@@ -136,7 +138,7 @@ def current_plan(name: FleetName, state: State) -> PlanRecord:
 
 
 @get("/plans/{plan_id:int}", sync_to_thread=True, summary="One stored plan", tags=TAGS)
-def get_plan(plan_id: int, state: State) -> PlanRecord:
+def get_plan(plan_id: PlanId, state: State) -> PlanRecord:
     return _repo(state).get_plan(plan_id)
 
 
@@ -171,7 +173,7 @@ def list_runs(name: FleetName, state: State, limit: Limit = 20, offset: Offset =
 
 
 @get("/runs/{run_id:int}", sync_to_thread=True, summary="One re-plan run", tags=TAGS)
-def get_run(run_id: int, state: State) -> Run:
+def get_run(run_id: RunId, state: State) -> Run:
     return _repo(state).get_run(run_id)
 
 
