@@ -4,7 +4,11 @@ from alembic import context
 
 from fleetplan.store.tables import metadata
 
-config = context.config
+# imported outside a migration run (e.g. by a walk over every module) there is no config and nothing to run
+try:
+    config = context.config
+except (NameError, AttributeError):
+    config = None
 
 
 def run_migrations_online() -> None:
@@ -29,6 +33,7 @@ def _run(connection) -> None:
         context.run_migrations()
 
 
-if context.is_offline_mode():
-    raise SystemExit("offline (SQL script) migrations are not supported; run `fleetplan db upgrade`")
-run_migrations_online()
+if config is not None:
+    if context.is_offline_mode():
+        raise SystemExit("offline (SQL script) migrations are not supported; run `fleetplan db upgrade`")
+    run_migrations_online()
