@@ -10,7 +10,6 @@ import os
 import threading
 from typing import Annotated, Any
 
-import msgspec
 from litestar import Litestar, Router, get, post, put
 from litestar.datastructures import State
 from litestar.dto import AbstractDTO
@@ -18,7 +17,6 @@ from litestar.enums import RequestEncodingType
 from litestar.params import Body, Parameter, QueryParameter
 
 from fleetplan.api.app import _CodecDTO, _problems
-from fleetplan.models.base import Name
 from fleetplan.models.codec import convert, decode, decode_request
 from fleetplan.models.errors import NotFound
 from fleetplan.models.plan import PlanRequest
@@ -88,15 +86,6 @@ def _repo(state: State) -> Repository:
     return handle.get()
 
 
-def _name(name: str) -> str:
-    """The path's fleet name, checked like every Name in a request (errors name the field "name")."""
-    return convert({"name": name}, _FleetName).name
-
-
-class _FleetName(msgspec.Struct):
-    name: Name
-
-
 @put(
     "/fleets/{name:str}",
     dto=FleetBody,
@@ -111,7 +100,7 @@ class _FleetName(msgspec.Struct):
 def put_fleet(
     name: FleetName, data: Annotated[PlanRequest, Body(media_type=RequestEncodingType.JSON)], state: State
 ) -> FleetRecord:
-    return _repo(state).put_fleet(_name(name), data)
+    return _repo(state).put_fleet(name, data)
 
 
 @get("/fleets", sync_to_thread=True, summary="List fleets", tags=TAGS)

@@ -15,8 +15,9 @@ import msgspec
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
+from fleetplan.models.base import Name
 from fleetplan.models.codec import decode, encode
-from fleetplan.models.errors import NotFound, StoreUnavailable
+from fleetplan.models.errors import InputError, NotFound, StoreUnavailable
 from fleetplan.models.plan import Plan, PlanRequest, ProfileSetInfo
 from fleetplan.models.store import (
     Diff,
@@ -85,6 +86,7 @@ class Repository:
     def put_fleet(self, name: str, request: PlanRequest) -> FleetRecord:
         """Store `request` as fleet `name`: a new fleet at version 1, a changed request as the next
         version, an identical request unchanged."""
+        name = check_fleet_name(name)
         body = _json(request)
         stamp = now()
         with self._write() as db:
@@ -258,6 +260,14 @@ class Repository:
         with self._read() as db:
             rows = db.execute(sa.select(profile_sets).order_by(profile_sets.c.id)).all()
             return [_profile_set_record(r) for r in rows]
+
+
+def check_fleet_name(name: str) -> str:
+    """A fleet's name follows the rules of every name in a request (InputError naming the field "name")."""
+    try:
+        return msgspec.convert(name, Name)
+    except msgspec.ValidationError as error:
+        raise InputError(str(error), field="name") from error
 
 
 def _page(limit: int) -> int:
