@@ -7,7 +7,7 @@ the max_moves the solver was given.
 
 from collections import defaultdict
 
-from fleetplan.models.plan import Plan, PlanRequest
+from fleetplan.models.plan import Plan, PlanRequest, WorkloadResult
 from fleetplan.models.store import Change, ClassChange, DeviceChange, Diff, PoolChange
 
 # served RPS within this of each other are the same (the solver's round-off)
@@ -25,15 +25,15 @@ def _device_counts(plan: Plan | None) -> dict[str, int]:
     return {d.name: d.used for d in plan.devices} if plan else {}
 
 
-def _why(name: str, before: float, after: float, plan: Plan, demand: tuple[float | None, float]) -> str:
+def _why(result: WorkloadResult, demand: tuple[float | None, float]) -> str:
+    """Why a class's served RPS changed: its demand, and the solver's reason for what it leaves unserved."""
     old_demand, new_demand = demand
     parts = []
     if old_demand is not None and abs(old_demand - new_demand) > RPS_TOL:
         parts.append(f"demand {old_demand:g} -> {new_demand:g} rps")
-    reason = next((w.reason for w in plan.workloads if w.name == name), None)
-    if after < before - RPS_TOL and reason:
-        parts.append(reason)
-    elif not parts:
+    if result.unserved_rps > RPS_TOL and result.reason:
+        parts.append(f"{result.unserved_rps:g} rps unserved: {result.reason}")
+    if not parts:
         parts.append("new class" if old_demand is None else "capacity or profiles changed")
     return "; ".join(parts)
 
@@ -44,7 +44,8 @@ def diff(
     before_request: PlanRequest | None = None,
     after_request: PlanRequest | None = None,
 ) -> Diff:
-    """Pools, devices, SLO RPS, cost and classes before and after; `before` None: a fleet's first plan."""
+    """Pools, devices, SLO RPS, cost and classes before and after. `before` None (a fleet's first plan):
+    every class is listed, with the reason for any demand it leaves unserved."""
     old_pools, new_pools = _pool_counts(before), _pool_counts(after)
     pools = [
         PoolChange(
@@ -66,8 +67,8 @@ def diff(
     for result in after.workloads:
         served_before = old_served.get(result.name, 0.0)
         demand = (old_demand.get(result.name), new_demand.get(result.name, 0.0))
-        if abs(served_before - result.served_rps) > RPS_TOL:
-            why = _why(result.name, served_before, result.served_rps, after, demand)
+        if before is None or abs(served_before - result.served_rps) > RPS_TOL:
+            why = _why(result, demand)
             classes.append(
                 ClassChange(
                     name=result.name, served_before=served_before, served_after=result.served_rps, why=why
