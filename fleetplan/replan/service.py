@@ -70,7 +70,10 @@ def _replan(
     try:
         request, forecast = replan_request(record.request, order)
         table = pipeline.resolve_profiles(request, profile_store)
-        new_plan = pipeline.plan(request, profile_store, churn=_churn(current, request, order))
+        churn = _churn(current, request, order)
+        # no baselines: the run compares the new plan with the plan in force, not with the GPU-only or
+        # greedy plans (`fleetplan plan` shows those), and a nightly job over many fleets saves their solves
+        new_plan = pipeline.plan(request, profile_store, with_baselines=False, churn=churn)
     except PlannerError as error:
         return repo.finish_run(
             run.id, status=_failure_status(error, current), reason=_reason(error, order), forecast=forecast
