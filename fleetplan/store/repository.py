@@ -18,7 +18,7 @@ from sqlalchemy.engine import Connection, Engine
 from fleetplan.models.base import Name
 from fleetplan.models.codec import decode, encode
 from fleetplan.models.errors import InputError, NotFound, StoreUnavailable
-from fleetplan.models.plan import Plan, PlanRequest, ProfileSetInfo
+from fleetplan.models.plan import Plan, PlanRequest
 from fleetplan.models.store import (
     Diff,
     FleetRecord,
@@ -30,6 +30,7 @@ from fleetplan.models.store import (
     RunStatus,
 )
 from fleetplan.store.engine import WRITE_OPTION, current_revision, head_revision, make_engine
+from fleetplan.store.records import plan_record, plan_select, profile_set_record, run_record, run_select
 from fleetplan.store.tables import current_plans, fleet_versions, fleets, plans, profile_sets, runs
 
 MAX_PAGE = 500
@@ -153,31 +154,31 @@ class Repository:
         with self._read() as db:
             fleet_id = _fleet_id(db, fleet)
             rows = db.execute(
-                _plan_select()
+                plan_select()
                 .where(plans.c.fleet_id == fleet_id)
                 .order_by(plans.c.id.desc())
                 .limit(_page(limit))
                 .offset(max(offset, 0))
             ).all()
-            return [_plan_record(r) for r in rows]
+            return [plan_record(r) for r in rows]
 
     def get_plan(self, plan_id: int) -> PlanRecord:
         with self._read() as db:
-            row = db.execute(_plan_select().where(plans.c.id == plan_id)).one_or_none()
+            row = db.execute(plan_select().where(plans.c.id == plan_id)).one_or_none()
             if row is None:
                 raise NotFound(f"no plan with id {plan_id}", field="id")
-            return _plan_record(row)
+            return plan_record(row)
 
     def current_plan(self, fleet: str) -> PlanRecord | None:
         """The fleet's current plan, or None before its first promotion."""
         with self._read() as db:
             fleet_id = _fleet_id(db, fleet)
             row = db.execute(
-                _plan_select()
+                plan_select()
                 .join(current_plans, current_plans.c.plan_id == plans.c.id)
                 .where(current_plans.c.fleet_id == fleet_id)
             ).one_or_none()
-            return None if row is None else _plan_record(row)
+            return None if row is None else plan_record(row)
 
     # ---- runs -------------------------------------------------------------------------------------
 
@@ -188,7 +189,7 @@ class Repository:
             run_id = db.execute(
                 runs.insert().values(fleet_id=fleet_id, started_at=now(), status="running", dry_run=dry_run)
             ).inserted_primary_key[0]
-            return _run_record(db.execute(_run_select().where(runs.c.id == run_id)).one())
+            return run_record(db.execute(run_select().where(runs.c.id == run_id)).one())
 
     def finish_run(
         self,
@@ -234,32 +235,32 @@ class Repository:
                     gate=None if gate is None else _json(gate),
                 )
             )
-            return _run_record(db.execute(_run_select().where(runs.c.id == run_id)).one())
+            return run_record(db.execute(run_select().where(runs.c.id == run_id)).one())
 
     def get_run(self, run_id: int) -> Run:
         with self._read() as db:
-            row = db.execute(_run_select().where(runs.c.id == run_id)).one_or_none()
+            row = db.execute(run_select().where(runs.c.id == run_id)).one_or_none()
             if row is None:
                 raise NotFound(f"no run with id {run_id}", field="id")
-            return _run_record(row)
+            return run_record(row)
 
     def list_runs(self, fleet: str, limit: int = 20, offset: int = 0) -> list[Run]:
         """The fleet's runs, newest first."""
         with self._read() as db:
             fleet_id = _fleet_id(db, fleet)
             rows = db.execute(
-                _run_select()
+                run_select()
                 .where(runs.c.fleet_id == fleet_id)
                 .order_by(runs.c.id.desc())
                 .limit(_page(limit))
                 .offset(max(offset, 0))
             ).all()
-            return [_run_record(r) for r in rows]
+            return [run_record(r) for r in rows]
 
     def list_profile_sets(self) -> list[ProfileSetRecord]:
         with self._read() as db:
             rows = db.execute(sa.select(profile_sets).order_by(profile_sets.c.id)).all()
-            return [_profile_set_record(r) for r in rows]
+            return [profile_set_record(r) for r in rows]
 
 
 def check_fleet_name(name: str) -> str:
@@ -346,71 +347,6 @@ def _point_current(db: Connection, fleet_id: int, plan_id: int, previous: int | 
         current_plans.update()
         .where(current_plans.c.fleet_id == fleet_id)
         .values(plan_id=plan_id, promoted_at=stamp)
-    )
-
-
-def _plan_select() -> sa.Select:
-    return sa.select(
-        plans,
-        fleets.c.name.label("fleet"),
-        profile_sets.c.name.label("profile_name"),
-        profile_sets.c.sha256.label("profile_sha256"),
-    ).select_from(
-        plans.join(fleets, fleets.c.id == plans.c.fleet_id).join(
-            profile_sets, profile_sets.c.id == plans.c.profile_set_id
-        )
-    )
-
-
-def _plan_record(row) -> PlanRecord:
-    return PlanRecord(
-        id=row.id,
-        fleet=row.fleet,
-        fleet_version=row.fleet_version,
-        created_at=row.created_at,
-        state=row.state,
-        profile_set=ProfileSetInfo(name=row.profile_name, sha256=row.profile_sha256),
-        slo_rps=row.slo_rps,
-        cost_per_hour=row.cost_per_hour,
-        request=decode(row.request, PlanRequest),
-        plan=decode(row.plan, Plan),
-    )
-
-
-def _run_select() -> sa.Select:
-    return sa.select(runs, fleets.c.name.label("fleet")).select_from(
-        runs.join(fleets, fleets.c.id == runs.c.fleet_id)
-    )
-
-
-def _optional(text: str | None, type_: type) -> Any:
-    return None if text is None else decode(text, type_)
-
-
-def _run_record(row) -> Run:
-    return Run(
-        id=row.id,
-        fleet=row.fleet,
-        started_at=row.started_at,
-        finished_at=row.finished_at,
-        status=row.status,
-        reason=row.reason,
-        plan_id=row.plan_id,
-        previous_plan_id=row.previous_plan_id,
-        diff=_optional(row.diff, Diff),
-        forecast=_optional(row.forecast, ForecastReport),
-        gate=_optional(row.gate, GateReport),
-        dry_run=bool(row.dry_run),
-    )
-
-
-def _profile_set_record(row) -> ProfileSetRecord:
-    return ProfileSetRecord(
-        name=row.name,
-        sha256=row.sha256,
-        models=msgspec.json.decode(row.models),
-        devices=msgspec.json.decode(row.devices),
-        created_at=row.created_at,
     )
 
 
