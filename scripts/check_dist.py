@@ -14,6 +14,7 @@
    - every module of the package imports, except where an optional extra is not installed;
    - `python -c "import api"` and `python -c "import models"` fail;
    - `fleetplan plan paper --plain` prints an optimal plan of the bundled request;
+   - `fleetplan db upgrade` runs the migrations shipped in the wheel on a fresh SQLite file;
    - `fleetplan serve` on a free 127.0.0.1 port answers GET /health and POST /plan, then is stopped by pid.
 
 Exit 0 when every check passes, 1 with the failed checks named otherwise. `make dist-check` runs it in CI.
@@ -177,6 +178,10 @@ def check_installed(bindir: Path, workdir: Path, version: str) -> list[str]:
         )
     else:
         print(out.stdout.splitlines()[0])
+    db = f"sqlite:///{workdir / 'store.db'}"
+    out = run([cli, "db", "upgrade", "--database-url", db], cwd=workdir, env=env)
+    if out.returncode != 0 or "at revision" not in out.stdout:
+        failures.append(f"`fleetplan db upgrade` failed (exit {out.returncode}):\n{out.stdout}{out.stderr}")
     failures += check_serve(cli, workdir, env)
     return failures
 

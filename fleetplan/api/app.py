@@ -241,13 +241,21 @@ async def health() -> Health:
     return Health(status="ok", version=VERSION)
 
 
-def create_app(store: ProfileStore | None = None, *, max_concurrent_solves: int | None = None) -> Litestar:
+def create_app(
+    store: ProfileStore | None = None,
+    *,
+    max_concurrent_solves: int | None = None,
+    database_url: str | None = None,
+) -> Litestar:
     """The service. `store` defaults to the bundled sets plus $FLEETPLAN_PROFILE_STORE, which is also
     where POST /profiles writes (`store.writable`; without one, uploads answer 503).
 
     `max_concurrent_solves` (default: the CPU count) bounds the worker threads running solver.plan;
-    a request waiting for one counts against its deadline.
+    a request waiting for one counts against its deadline. `database_url`: the store of fleets, plans and
+    runs (fleetplan/api/fleets.py; default $FLEETPLAN_DATABASE_URL, else the user's SQLite file).
     """
+    from fleetplan.api.fleets import StoreHandle, fleets_router, open_store_at_startup
+
     limit = max_concurrent_solves or os.cpu_count() or 1
 
     def on_startup(app: Litestar) -> None:
@@ -255,9 +263,9 @@ def create_app(store: ProfileStore | None = None, *, max_concurrent_solves: int 
         app.state.solve_limiter = anyio.CapacityLimiter(limit)
 
     return Litestar(
-        route_handlers=[post_plan, post_profiles, list_profiles, get_profile, health],
-        state=State({"store": store or ProfileStore()}),
-        on_startup=[on_startup],
+        route_handlers=[post_plan, post_profiles, list_profiles, get_profile, health, fleets_router],
+        state=State({"store": store or ProfileStore(), "fleet_store": StoreHandle(database_url)}),
+        on_startup=[on_startup, open_store_at_startup],
         before_request=require_json_body,
         exception_handlers={Exception: problem_response},
         openapi_config=OpenAPIConfig(

@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING, NoReturn
 
 import click
 
+from fleetplan.api.cli_store import register as register_store_commands
+
 if TYPE_CHECKING:
     from fleetplan.models.errors import PlannerError
     from fleetplan.models.plan import PlanRequest
@@ -515,3 +517,6 @@ def simulate_command(
     buffer = io.StringIO()
     render_simulation(report, buffer)
     click.echo(buffer.getvalue(), nl=False)
+
+
+register_store_commands(main)  # fleet, plans, runs, replan, db (fleetplan/api/cli_store.py)

@@ -16,10 +16,12 @@ from litestar.exceptions import HTTPException, ValidationException
 from fleetplan.api.schemas import Problem
 from fleetplan.models.errors import (
     InputError,
+    NotFound,
     PlannerError,
     PlanVerificationError,
     ProfileMissing,
     SolverFailure,
+    StoreUnavailable,
 )
 
 PROBLEM_JSON = "application/problem+json"
@@ -33,6 +35,8 @@ _SLUGS: dict[type[PlannerError], str] = {
     ProfileMissing: "profile-missing",
     SolverFailure: "solver-failure",
     PlanVerificationError: "plan-verification-failed",
+    NotFound: "not-found",
+    StoreUnavailable: "store-unavailable",
 }
 
 

@@ -46,3 +46,17 @@ class PlanVerificationError(PlannerError):
 
     status_code = 500
     title = "Plan failed verification"
+
+
+class NotFound(PlannerError):
+    """A stored fleet, plan or run of that name or id does not exist."""
+
+    status_code = 404
+    title = "Not found"
+
+
+class StoreUnavailable(PlannerError):
+    """The database cannot be reached or is not migrated (`fleetplan db upgrade`)."""
+
+    status_code = 503
+    title = "Store unavailable"

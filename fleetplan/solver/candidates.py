@@ -58,6 +58,7 @@ class Candidates:
     keyed: bool
     link_rho: dict  # (source, target) -> headroom of that link budget; None -> of kv_budget_gbps
     curves: "CurveBook | None" = None  # latency distributions, for the capacity model's predictions
+    churn: object | None = None  # formulation.Churn: the plan in force, for a churn-limited re-plan
 
 
 def class_table(request: PlanRequest) -> pd.DataFrame:

@@ -2,7 +2,8 @@
 
 Columns: x[pool] (integer instances) | f[use] (RPS of a class through a pool; for prefill uses, per
 destination key) | s[w, key, tier] (KV-flow slack carried down the bandwidth tiers) | phi (only for
-max_min_fraction). Each family returns a Block of COO triplets; `build_matrix` stacks them into one CSR
+max_min_fraction) | d[k] (only for a churn-limited re-plan: instances moved per pool key k).
+Each family returns a Block of COO triplets; `build_matrix` stacks them into one CSR
 matrix, the only form a backend sees.
 """
 
@@ -38,6 +39,7 @@ class Columns:
     n_uses: int
     chain: pd.DataFrame  # one row per s variable: w, key, tier
     has_phi: bool
+    n_churn: int = 0  # d[k] columns, one per pool key of a churn-limited re-plan
 
     @property
     def use_offset(self) -> int:
@@ -52,8 +54,12 @@ class Columns:
         return self.chain_offset + len(self.chain)
 
     @property
-    def size(self) -> int:
+    def churn_offset(self) -> int:
         return self.phi + int(self.has_phi)
+
+    @property
+    def size(self) -> int:
+        return self.churn_offset + self.n_churn
 
 
 @dataclass
@@ -272,6 +278,125 @@ def define_fairness(cand: Candidates, cols: Columns) -> Block:
     return Block("fairness", n, rows, columns, vals, lo, np.full(n, INF))
 
 
+KEY = ["owner", "role", "device", "tp", "batch"]
+
+
+@dataclass(frozen=True)
+class Churn:
+    """The plan in force, for a churn-limited re-plan (docs/formulation.md, "Churn").
+
+    `previous`: one row per pool of that plan: owner (model, or class under pooling = "class"), role,
+    device, tp, batch, rho (its headroom level) and instances. `max_moves`: at most this many instances
+    added or removed in all (None: no limit). `penalty`: added to the cost objective per instance moved.
+    """
+
+    previous: pd.DataFrame
+    max_moves: int | None
+    penalty: float
+
+    @classmethod
+    def from_pools(cls, pools, pooling: str, max_moves: int | None, penalty: float) -> "Churn":
+        """From a Plan's `pools` (models.plan.Pool)."""
+        rows = [
+            {
+                "owner": p.workload if pooling == "class" and p.workload else p.model,
+                "role": p.role,
+                "device": p.device,
+                "tp": p.tp,
+                "batch": p.batch,
+                "rho": p.headroom,
+                "instances": p.instances,
+            }
+            for p in pools
+        ]
+        frame = pd.DataFrame(rows, columns=[*KEY, "rho", "instances"])
+        return cls(frame, max_moves, float(penalty))
+
+
+def pool_keys(cand: Candidates) -> np.ndarray:
+    """The key k (owner, role, device, tp, batch) of each pool column, numbered 0..K-1: the headroom
+    levels of one kind of pool share a key, so moving load between levels is not churn."""
+    return cand.pools.groupby(KEY, sort=True).ngroup().to_numpy()
+
+
+def _previous_by_key(cand: Candidates) -> tuple[np.ndarray, float]:
+    """Instances of the plan in force per key k, and those on keys no candidate pool has (all removed)."""
+    churn: Churn = cand.churn  # type: ignore[assignment]
+    keys = cand.pools[KEY].assign(k=pool_keys(cand)).drop_duplicates(KEY)
+    previous = churn.previous.groupby(KEY, as_index=False)["instances"].sum()
+    merged = previous.merge(keys, on=KEY, how="left")
+    known = merged["k"].notna().to_numpy()
+    per_key = np.zeros(len(keys))
+    np.add.at(per_key, merged.loc[known, "k"].to_numpy(int), merged.loc[known, "instances"].to_numpy(float))
+    return per_key, float(merged.loc[~known, "instances"].sum())
+
+
+def previous_instances(cand: Candidates) -> np.ndarray:
+    """Instances of the plan in force per pool column: a pool of the old plan goes to the column of its
+    key and headroom level, or to its key's column with the lowest headroom when that level is gone."""
+    churn: Churn = cand.churn  # type: ignore[assignment]
+    pools = cand.pools.assign(col=np.arange(len(cand.pools)))
+    x = np.zeros(len(pools))
+    lowest = pools.sort_values("rho", kind="stable").drop_duplicates(KEY)
+    for _, row in churn.previous.iterrows():  # one row per pool of the old plan: tens at most
+        same = pools[(pools[KEY] == row[KEY].to_numpy()).all(axis=1)]
+        exact = same[np.isclose(same["rho"].to_numpy(float), float(row["rho"]))]
+        if len(exact):
+            x[int(exact["col"].iloc[0])] += row["instances"]
+        elif len(same):
+            x[int(lowest.loc[lowest.index.isin(same.index), "col"].iloc[0])] += row["instances"]
+    return x
+
+
+def define_churn(cand: Candidates, cols: Columns) -> Block:
+    """d[k] >= |sum_{pools of key k} x - x_prev[k]| for every key k, and with max_moves:
+    sum_k d[k] <= max_moves - (instances of the plan in force on keys no candidate has).
+
+    Linearized: sum x - d[k] <= x_prev[k] and sum x + d[k] >= x_prev[k]; d costs `penalty` in the cost
+    objective (objective_vectors), so a re-plan only moves instances that buy goodput or savings."""
+    if not cols.n_churn:
+        return _empty("churn")
+    churn: Churn = cand.churn  # type: ignore[assignment]
+    key = pool_keys(cand)
+    per_key, gone = _previous_by_key(cand)
+    n_keys = cols.n_churn
+    d = cols.churn_offset + np.arange(n_keys)
+    pools = np.arange(cols.n_pools)
+    # rows 0..K-1: sum x - d <= prev; rows K..2K-1: sum x + d >= prev
+    rows = [key, np.arange(n_keys), n_keys + key, n_keys + np.arange(n_keys)]
+    columns = [pools, d, pools, d]
+    vals = [np.ones(cols.n_pools), -np.ones(n_keys), np.ones(cols.n_pools), np.ones(n_keys)]
+    lo = [np.full(n_keys, -INF), per_key]
+    hi = [per_key, np.full(n_keys, INF)]
+    if churn.max_moves is not None:
+        rows.append(np.full(n_keys, 2 * n_keys))
+        columns.append(d)
+        vals.append(np.ones(n_keys))
+        lo.append(np.array([-INF]))
+        hi.append(np.array([churn.max_moves - gone]))
+    n = 2 * n_keys + int(churn.max_moves is not None)
+    return Block(
+        "churn",
+        n,
+        np.concatenate(rows),
+        np.concatenate(columns),
+        np.concatenate(vals),
+        np.concatenate(lo),
+        np.concatenate(hi),
+    )
+
+
+def churn_bounds(cand: Candidates, cols: Columns, hi: np.ndarray) -> np.ndarray:
+    """Let x keep the plan in force's instances (within the devices) even where the demand no longer
+    needs them: removing them is a move, the solver's choice under max_moves and the penalty."""
+    devices = cand.devices.set_index("device")
+    tp = cand.pools["tp"].to_numpy(float)
+    fit = np.floor(cand.pools["device"].map(devices["count"]).to_numpy(float) / tp)
+    hi = hi.copy()
+    hi[: cols.n_pools] = np.maximum(hi[: cols.n_pools], np.minimum(fit, previous_instances(cand)))
+    return hi
+
+
 def _empty(name: str) -> Block:
     nothing = np.zeros(0)
     return Block(name, 0, nothing.astype(int), nothing.astype(int), nothing, nothing, nothing)
@@ -309,7 +434,9 @@ def column_bounds(cand: Candidates, cols: Columns) -> tuple[np.ndarray, np.ndarr
     x_hi = np.minimum(fit, need)
     f_hi = classes["rate_rps"].to_numpy(float)[uses["w"].to_numpy()]
     lo = np.zeros(cols.size)
-    hi = np.concatenate([x_hi, f_hi, np.full(len(cols.chain), INF), np.ones(int(cols.has_phi))])
+    hi = np.concatenate(
+        [x_hi, f_hi, np.full(len(cols.chain), INF), np.ones(int(cols.has_phi)), np.full(cols.n_churn, INF)]
+    )
     integer = np.zeros(cols.size, dtype=bool)
     integer[: cols.n_pools] = True
     return lo, hi, integer
@@ -328,13 +455,19 @@ def objective_vectors(cand: Candidates, cols: Columns) -> dict[str, np.ndarray]:
         phi = np.zeros(cols.size)
         phi[cols.phi] = 1.0
         vectors["phi"] = phi
+    if cols.n_churn:
+        cost[cols.churn_offset :] = cand.churn.penalty  # type: ignore[union-attr]
     return vectors
 
 
 def build_matrix(cand: Candidates) -> tuple[MatrixForm, Columns]:
     """Stack every constraint family into one CSR matrix, in the order of docs/formulation.md."""
     objective = cand.request.options.objective
-    cols = Columns(len(cand.pools), len(cand.uses), chain_columns(cand), objective == "max_min_fraction")
+    churn_keys = pool_keys(cand) if cand.churn is not None else None
+    n_churn = 0 if churn_keys is None else int(churn_keys.max(initial=-1)) + 1
+    cols = Columns(
+        len(cand.pools), len(cand.uses), chain_columns(cand), objective == "max_min_fraction", n_churn
+    )
     blocks = [
         define_capacity(cand, cols),
         define_kv_flow(cand, cols),
@@ -344,6 +477,7 @@ def build_matrix(cand: Candidates) -> tuple[MatrixForm, Columns]:
         define_links(cand, cols),
         define_budget(cand, cols),
         define_fairness(cand, cols),
+        define_churn(cand, cols),
     ]
     offsets = np.cumsum([0] + [b.n_rows for b in blocks])
     rows = np.concatenate([b.rows + off for b, off in zip(blocks, offsets, strict=False)])
@@ -353,6 +487,8 @@ def build_matrix(cand: Candidates) -> tuple[MatrixForm, Columns]:
     A.sum_duplicates()
     A.eliminate_zeros()
     lo, hi, integer = column_bounds(cand, cols)
+    if cand.churn is not None:
+        hi = churn_bounds(cand, cols, hi)
     return (
         MatrixForm(
             A=A,

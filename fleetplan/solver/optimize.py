@@ -30,7 +30,7 @@ from fleetplan.models.plan import Options, PlanRequest, StageRecord, StageStep
 from fleetplan.solver.backends import Sense, SolveResult, Termination, get_backend, relative_gap
 from fleetplan.solver.backends.base import Backend
 from fleetplan.solver.candidates import Candidates
-from fleetplan.solver.formulation import Columns, MatrixForm, build_matrix
+from fleetplan.solver.formulation import Columns, MatrixForm, build_matrix, previous_instances
 
 # The lexicographic stages of each objective (docs/formulation.md, "Objectives"): (objective vector, sense).
 STAGES = {
@@ -211,6 +211,10 @@ def primal_start(
     form, cols = model.form, model.cols
     if not relaxed or not form.integer.any():
         return None
+    if model.cand.churn is not None:  # a re-plan: the plan in force, when it is still feasible
+        start = _previous_start(model, stage, solver)
+        if start is not None:
+            return start
     x_lps = np.array([r.values[: cols.n_pools] for r in relaxed if r.values is not None])
     clock = solver.clock
     sub_limit = clock.share(SUB_MIP_SHARE)
@@ -352,6 +356,27 @@ def _rounded_flows(
         form.objectives[name],
         sense,
         time_limit_s=time_limit_s,
+        mip_rel_gap=0.0,
+        relax=True,
+    )
+    return result.values
+
+
+def _previous_start(model: _Model, stage: tuple[str, Sense], solver: _Solver) -> np.ndarray | None:
+    """The plan in force as a start: its instances fixed (within the bounds), the flows re-solved."""
+    form, cols = model.form, model.cols
+    name, sense = stage
+    x = np.clip(previous_instances(model.cand), form.col_lo[: cols.n_pools], form.col_hi[: cols.n_pools])
+    fixed = replace(form, col_lo=form.col_lo.copy(), col_hi=form.col_hi.copy())
+    fixed.col_lo[: cols.n_pools] = x
+    fixed.col_hi[: cols.n_pools] = x
+    result = solver.call(
+        "start",
+        name,
+        fixed,
+        form.objectives[name],
+        sense,
+        time_limit_s=solver.clock.share(SUB_MIP_SHARE),
         mip_rel_gap=0.0,
         relax=True,
     )

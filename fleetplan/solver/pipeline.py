@@ -17,7 +17,7 @@ from fleetplan.profiler.tables import ProfileTable, from_rows
 from fleetplan.solver import baselines, explain, extract
 from fleetplan.solver.backends import Termination, relative_gap
 from fleetplan.solver.candidates import build_candidates, check_profiles_cover
-from fleetplan.solver.formulation import pool_cost
+from fleetplan.solver.formulation import Churn, pool_cost, previous_instances
 from fleetplan.solver.optimize import Outcome, optimize
 from fleetplan.solver.verify import verify
 
@@ -45,12 +45,24 @@ def fleet_warnings(request: PlanRequest, table: ProfileTable) -> list[str]:
     ]
 
 
-def plan(request: PlanRequest, store: ProfileStore | None = None, *, with_baselines: bool = True) -> Plan:
-    """Plan a fleet; raises a PlannerError subclass on bad input or when the solver gives no plan."""
+def plan(
+    request: PlanRequest,
+    store: ProfileStore | None = None,
+    *,
+    with_baselines: bool = True,
+    churn: Churn | None = None,
+) -> Plan:
+    """Plan a fleet; raises a PlannerError subclass on bad input or when the solver gives no plan.
+
+    `churn` (internal, the re-plan's): the plan in force, a limit on instances moved and a penalty per move
+    (formulation.define_churn); the plan in force is then also the solver's start.
+    """
     began = time.perf_counter()
     table = resolve_profiles(request, store)
     check_profiles_cover(request, table)
     cand = build_candidates(request, table)
+    if churn is not None:
+        cand = dataclasses.replace(cand, churn=churn)
     objective = request.options.objective
     outcome, status = _solve(request, cand)
     values = outcome.values if outcome else None
@@ -124,7 +136,16 @@ def _solution(cand, outcome, values) -> extract.Solution:
     if outcome is None or values is None:
         n_pools, n_uses = len(cand.pools), len(cand.uses)
         return extract.Solution(np.zeros(n_pools, np.int64), np.zeros(n_uses), np.zeros(n_pools))
-    return extract.solution_from(cand, outcome.columns, values)
+    solution = extract.solution_from(cand, outcome.columns, values)
+    return solution if cand.churn is None else _kept_instances(cand, outcome.columns, values, solution)
+
+
+def _kept_instances(cand, cols, values, solution: extract.Solution) -> extract.Solution:
+    """Under churn the solver may keep an instance of the plan in force that no load needs (removing it
+    would be a move): keep what it chose, up to the instances in force; idle ones added are still dropped."""
+    x = np.round(values[: cols.n_pools]).astype(np.int64)
+    kept = np.minimum(x, np.round(previous_instances(cand)).astype(np.int64))
+    return dataclasses.replace(solution, instances=np.maximum(solution.instances, kept))
 
 
 def _workload_results(cand, routes, devices, links, cost, dropped=None) -> list[WorkloadResult]:

@@ -1,0 +1,184 @@
+"""HTTP routes of the store: fleets, plans, runs and re-plans (the contract's "Fleets, plans and runs").
+
+Thin handlers over fleetplan.store.Repository and fleetplan.replan.replan, the same functions the CLI calls.
+Routes that write carry `opt={"write": True}` (the service's auth guard requires a token on them). The
+database is opened, and migrated, at server start when a URL is configured ($FLEETPLAN_DATABASE_URL or
+create_app's `database_url`), else at the first store request (the default SQLite file).
+"""
+
+import os
+import threading
+from typing import Annotated, Any
+
+from litestar import Litestar, Router, get, post, put
+from litestar.datastructures import State
+from litestar.dto import AbstractDTO
+from litestar.enums import RequestEncodingType
+from litestar.params import Body, Parameter, QueryParameter
+
+from fleetplan.api.app import _CodecDTO, _problems
+from fleetplan.models.codec import convert, decode, decode_request
+from fleetplan.models.errors import NotFound
+from fleetplan.models.plan import PlanRequest
+from fleetplan.models.store import FleetRecord, PlanRecord, ReplanRequest, Run
+from fleetplan.store.engine import DATABASE_ENV
+from fleetplan.store.repository import Repository
+
+WRITE = {"write": True}
+TAGS = ["fleets"]
+Limit = Annotated[int, QueryParameter(ge=1, le=500, description="Page size")]
+Offset = Annotated[int, QueryParameter(ge=0, description="Items to skip (newest first)")]
+FleetName = Annotated[str, Parameter(description="The fleet's name")]
+PlanId = Annotated[int, Parameter(description="A stored plan's id")]
+RunId = Annotated[int, Parameter(description="A run's id")]
+
+
+class StoreHandle:
+    """Opens the repository once (migrating it), on first use or at startup; safe across worker threads."""
+
+    def __init__(self, url: str | None = None, repository: Repository | None = None) -> None:
+        self.url = url
+        self._repository = repository
+        self._lock = threading.Lock()
+
+    def get(self) -> Repository:
+        with self._lock:
+            if self._repository is None:
+                from fleetplan.store import open_repository
+
+                self._repository = open_repository(self.url, migrate=True)
+            return self._repository
+
+    @property
+    def configured(self) -> bool:
+        return self.url is not None or bool(os.environ.get(DATABASE_ENV))
+
+
+def open_store_at_startup(app: Litestar) -> None:
+    """Apply the migrations at server start when a database is configured (on_startup hook)."""
+    handle: StoreHandle = app.state.fleet_store
+    if handle.configured:
+        handle.get()
+
+
+class FleetBody(_CodecDTO, AbstractDTO[PlanRequest]):
+    """A PUT /fleets/{name} body: a PlanRequest decoded by models.codec."""
+
+    def decode_bytes(self, value: bytes) -> PlanRequest:
+        return decode_request(value)
+
+    def decode_builtins(self, value: dict[str, Any]) -> PlanRequest:
+        return convert(value, PlanRequest)
+
+
+class ReplanBody(_CodecDTO, AbstractDTO[ReplanRequest]):
+    """A REPLAN body (every field optional; `{}` is the default re-plan)."""
+
+    def decode_bytes(self, value: bytes) -> ReplanRequest:
+        return decode(value, ReplanRequest) if value.strip() else ReplanRequest()
+
+    def decode_builtins(self, value: dict[str, Any]) -> ReplanRequest:
+        return convert(value, ReplanRequest)
+
+
+def _repo(state: State) -> Repository:
+    handle: StoreHandle = state.fleet_store
+    return handle.get()
+
+
+@put(
+    "/fleets/{name:str}",
+    dto=FleetBody,
+    return_dto=None,
+    sync_to_thread=True,
+    opt=WRITE,
+    status_code=200,
+    summary="Store a fleet (a new version when the request changed)",
+    responses=_problems(400, 415),
+    tags=TAGS,
+)
+def put_fleet(
+    name: FleetName, data: Annotated[PlanRequest, Body(media_type=RequestEncodingType.JSON)], state: State
+) -> FleetRecord:
+    return _repo(state).put_fleet(name, data)
+
+
+@get("/fleets", sync_to_thread=True, summary="List fleets", tags=TAGS)
+def list_fleets(state: State, limit: Limit = 100, offset: Offset = 0) -> list[FleetRecord]:
+    return _repo(state).list_fleets(limit, offset)
+
+
+@get("/fleets/{name:str}", sync_to_thread=True, summary="One fleet, newest version", tags=TAGS)
+def get_fleet(name: FleetName, state: State) -> FleetRecord:
+    return _repo(state).get_fleet(name)
+
+
+@get("/fleets/{name:str}/plans", sync_to_thread=True, summary="A fleet's plans, newest first", tags=TAGS)
+def list_plans(name: FleetName, state: State, limit: Limit = 20, offset: Offset = 0) -> list[PlanRecord]:
+    return _repo(state).list_plans(name, limit, offset)
+
+
+@get("/fleets/{name:str}/plans/current", sync_to_thread=True, summary="A fleet's current plan", tags=TAGS)
+def current_plan(name: FleetName, state: State) -> PlanRecord:
+    record = _repo(state).current_plan(name)
+    if record is None:
+        raise NotFound(f"fleet {name!r} has no current plan yet; POST /fleets/{name}/replan", field="name")
+    return record
+
+
+@get("/plans/{plan_id:int}", sync_to_thread=True, summary="One stored plan", tags=TAGS)
+def get_plan(plan_id: PlanId, state: State) -> PlanRecord:
+    return _repo(state).get_plan(plan_id)
+
+
+@post(
+    "/fleets/{name:str}/replan",
+    dto=ReplanBody,
+    return_dto=None,
+    sync_to_thread=True,
+    opt=WRITE,
+    status_code=200,
+    summary="Re-plan a fleet",
+    description=(
+        "Solve with the newest profiles and forecast traffic, churn-limited, gate the plan in simulation and "
+        "promote it in one transaction; answers the RUN (status promoted, unchanged, kept or failed)."
+    ),
+    responses=_problems(400, 415),
+    tags=TAGS,
+)
+def post_replan(
+    name: FleetName, data: Annotated[ReplanRequest, Body(media_type=RequestEncodingType.JSON)], state: State
+) -> Run:
+    from fleetplan.replan import replan
+
+    return replan(_repo(state), name, data, profile_store=state.store)
+
+
+@get(
+    "/fleets/{name:str}/runs", sync_to_thread=True, summary="A fleet's re-plan runs, newest first", tags=TAGS
+)
+def list_runs(name: FleetName, state: State, limit: Limit = 20, offset: Offset = 0) -> list[Run]:
+    return _repo(state).list_runs(name, limit, offset)
+
+
+@get("/runs/{run_id:int}", sync_to_thread=True, summary="One re-plan run", tags=TAGS)
+def get_run(run_id: RunId, state: State) -> Run:
+    return _repo(state).get_run(run_id)
+
+
+fleets_router = Router(
+    path="/",
+    route_handlers=[
+        put_fleet,
+        list_fleets,
+        get_fleet,
+        list_plans,
+        current_plan,
+        get_plan,
+        post_replan,
+        list_runs,
+        get_run,
+    ],
+)
+
+__all__ = ["StoreHandle", "fleets_router", "open_store_at_startup"]

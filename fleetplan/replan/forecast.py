@@ -1,0 +1,116 @@
+"""Forecast each class's rate over the next horizon and the rate to plan for (docs/store.md, "Forecast").
+
+A method turns a class's history (rate per bin, oldest first) into a path of point forecasts, one per bin
+of the horizon; the planned rate is the `quantile` of that path (0.95 over a day of hourly bins: plan for
+about the second-busiest hour; 1.0: for the peak).
+
+- constant: every bin at the last bin's rate;
+- ewma: every bin at the exponentially weighted level l_t = alpha y_t + (1 - alpha) l_{t-1}, l_0 = y_0;
+- seasonal_naive: bin h at the rate one season earlier, y[n - m + (h mod m)], with m a week of bins when
+  the history holds two weeks, else a day when it holds one (else: constant, noted);
+- ets: statsforecast's AutoETS with the same season (the optional `forecast` extra).
+"""
+
+import numpy as np
+
+from fleetplan.models.errors import InputError
+from fleetplan.models.plan import PlanRequest
+from fleetplan.models.store import ClassForecast, ForecastReport, ForecastSpec
+from fleetplan.replan.traffic import Rates
+
+DAY_S = 86400.0
+WEEK_S = 7 * DAY_S
+
+
+def season_steps(n_history: int, interval_s: float) -> int | None:
+    """Bins per season: a week when two fit in the history, else a day when one does, else None."""
+    for period in (WEEK_S, DAY_S):
+        steps = period / interval_s
+        if abs(steps - round(steps)) > 1e-9 or round(steps) < 2:
+            continue
+        needed = 2 * round(steps) if period == WEEK_S else round(steps)
+        if n_history >= needed:
+            return round(steps)
+    return None
+
+
+def constant(history: np.ndarray, steps: int) -> np.ndarray:
+    return np.full(steps, float(history[-1]))
+
+
+def ewma(history: np.ndarray, steps: int, alpha: float) -> np.ndarray:
+    """The EWMA level after the last bin, held over the horizon (vectorized: weights (1-alpha)^age)."""
+    n = len(history)
+    age = np.arange(n - 1, -1, -1, dtype=float)
+    weights = alpha * (1.0 - alpha) ** age
+    weights[0] = (1.0 - alpha) ** (n - 1)  # l_0 = y_0 carries the rest of the weight
+    return np.full(steps, float(weights @ history))
+
+
+def seasonal_naive(history: np.ndarray, steps: int, season: int) -> np.ndarray:
+    last_season = history[-season:]
+    return last_season[np.arange(steps) % season].astype(float)
+
+
+def ets(history: np.ndarray, steps: int, season: int | None) -> np.ndarray:
+    """AutoETS from statsforecast (optional dependency: pip install 'fleetplan[forecast]')."""
+    try:
+        from statsforecast.models import AutoETS
+    except ImportError as error:
+        msg = "method 'ets' needs statsforecast: pip install 'fleetplan[forecast]'"
+        raise InputError(msg, field="forecast.method") from error
+    model = AutoETS(season_length=season or 1)
+    fitted = model.fit(np.asarray(history, dtype=float))
+    return np.asarray(fitted.predict(h=steps)["mean"], dtype=float)
+
+
+def forecast_path(history: np.ndarray, steps: int, spec: ForecastSpec, interval_s: float) -> tuple:
+    """(point forecasts for the next `steps` bins, a note when the method had to fall back)."""
+    season = season_steps(len(history), interval_s)
+    if spec.method == "constant":
+        return constant(history, steps), None
+    if spec.method == "ewma":
+        return ewma(history, steps, spec.alpha), None
+    if spec.method == "ets":
+        return ets(history, steps, season), None
+    if season is None:
+        note = f"seasonal_naive: {len(history)} bins of {interval_s:g} s hold no full day; used constant"
+        return constant(history, steps), note
+    return seasonal_naive(history, steps, season), None
+
+
+def planned_rate(path: np.ndarray, quantile: float) -> float:
+    return max(float(np.quantile(path, quantile)), 0.0)
+
+
+def forecast_classes(request: PlanRequest, rates: Rates, spec: ForecastSpec) -> ForecastReport:
+    """Per class: history, forecast path and planned rate; the report the RUN carries."""
+    steps = max(1, round(spec.horizon_h * 3600.0 / rates.interval_s))
+    classes, notes = [], []
+    for workload in request.workloads:
+        history = rates.frame[workload.name].to_numpy(float)
+        path, note = forecast_path(history, steps, spec, rates.interval_s)
+        if note and note not in notes:
+            notes.append(note)
+        classes.append(
+            ClassForecast(
+                name=workload.name,
+                history_rps=[round(v, 6) for v in history.tolist()],
+                forecast_rps=[round(v, 6) for v in np.maximum(path, 0.0).tolist()],
+                planned_rps=round(planned_rate(path, spec.quantile), 6),
+                previous_rps=workload.rate_rps,
+            )
+        )
+    return ForecastReport(
+        method=spec.method,
+        horizon_h=spec.horizon_h,
+        quantile=spec.quantile,
+        interval_s=rates.interval_s,
+        rows=rates.rows,
+        unmapped_rows=rates.unmapped,
+        classes=classes,
+        notes=notes,
+    )
+
+
+__all__ = ["constant", "ets", "ewma", "forecast_classes", "forecast_path", "planned_rate", "seasonal_naive"]

@@ -1,0 +1,160 @@
+"""The re-plan of one fleet: the service function behind `POST /fleets/{name}/replan` and `fleetplan replan`.
+
+1. record the run as `running`;
+2. the fleet's request with the REPLAN's profiles and, from observed traffic, forecast rates;
+3. solve with the current plan as start and churn in the MILP (max_moves, churn_penalty);
+4. diff against the current plan: nothing to change and the same request -> `unchanged`;
+5. the simulation gate on the forecast rates;
+6. promote in one transaction (`promoted`), or keep the current plan (`kept`, with the reason; the new
+   plan is stored as a candidate), or record the failure (`failed`: bad input, or no plan to keep).
+A failure at any step leaves the current plan current (docs/store.md, "Exit codes").
+"""
+
+from datetime import UTC, datetime
+
+import msgspec
+
+from fleetplan.models.errors import InputError, PlannerError, PlanVerificationError, SolverFailure
+from fleetplan.models.plan import Plan, PlanRequest
+from fleetplan.models.store import (
+    ForecastReport,
+    ForecastSpec,
+    GateSpec,
+    PlanRecord,
+    ProfileSetRecord,
+    ReplanRequest,
+    Run,
+)
+from fleetplan.profiler.store import ProfileStore
+from fleetplan.profiler.tables import ProfileTable
+from fleetplan.replan.diff import diff, is_empty
+from fleetplan.replan.forecast import forecast_classes
+from fleetplan.replan.gate import gate_reason, run_gate
+from fleetplan.replan.traffic import read_rates
+from fleetplan.solver import pipeline
+from fleetplan.solver.formulation import Churn
+from fleetplan.store.repository import Repository
+
+# cost units per hour per instance moved when the REPLAN gives no churn_penalty: a tie-break only (a
+# move is never worth less than this), so equal plans keep the one in force
+DEFAULT_CHURN_PENALTY = 1e-3
+PROMISED = ("optimal", "feasible")
+
+
+def replan(
+    repo: Repository,
+    fleet: str,
+    order: ReplanRequest | None = None,
+    *,
+    profile_store: ProfileStore | None = None,
+) -> Run:
+    """Re-plan `fleet` and record the run; returns the finished RUN (raises only for an unknown fleet or
+    an unreachable store: every other failure is the run's status and reason)."""
+    order = order or ReplanRequest()
+    run = repo.start_run(fleet, dry_run=order.dry_run)
+    try:
+        return _replan(repo, fleet, order, run, profile_store)
+    except PlannerError:
+        raise
+    except Exception as error:  # a bug: the run must not stay "running"
+        repo.finish_run(run.id, status="failed", reason=f"internal error: {type(error).__name__}: {error}")
+        raise
+
+
+def _replan(
+    repo: Repository, fleet: str, order: ReplanRequest, run: Run, profile_store: ProfileStore | None
+) -> Run:
+    record = repo.get_fleet(fleet)
+    current = repo.current_plan(fleet)
+    forecast: ForecastReport | None = None
+    try:
+        request, forecast = replan_request(record.request, order)
+        table = pipeline.resolve_profiles(request, profile_store)
+        churn = _churn(current, request, order)
+        # no baselines: the run compares the new plan with the plan in force, not with the GPU-only or
+        # greedy plans (`fleetplan plan` shows those), and a nightly job over many fleets saves their solves
+        new_plan = pipeline.plan(request, profile_store, with_baselines=False, churn=churn)
+    except PlannerError as error:
+        return repo.finish_run(
+            run.id, status=_failure_status(error, current), reason=_reason(error, order), forecast=forecast
+        )
+    change = diff(current.plan if current else None, new_plan, current.request if current else None, request)
+    if current is not None and is_empty(change) and current.request == request:
+        reason = "the new plan equals the current plan"
+        return repo.finish_run(run.id, status="unchanged", reason=reason, diff=change, forecast=forecast)
+    stored = (request, record.version, new_plan, profile_record(table))
+    keep = "kept" if current is not None else "failed"
+    if new_plan.status not in PROMISED:
+        reason = f"solver: the new plan is {new_plan.status}"
+        return repo.finish_run(
+            run.id, status=keep, reason=reason, plan=stored, diff=change, forecast=forecast
+        )
+    gate = run_gate(request, new_plan, table, order.gate or GateSpec())
+    outcome = dict(plan=stored, diff=change, forecast=forecast, gate=gate)
+    if not gate.passed:
+        return repo.finish_run(run.id, status=keep, reason=gate_reason(gate), **outcome)
+    if order.dry_run:
+        reason = "dry run: the new plan passed the gate and was not promoted"
+        return repo.finish_run(run.id, status="kept", reason=reason, **outcome)
+    return repo.finish_run(run.id, status="promoted", reason=None, promote=True, **outcome)
+
+
+def replan_request(
+    fleet_request: PlanRequest, order: ReplanRequest
+) -> tuple[PlanRequest, ForecastReport | None]:
+    """The request to solve: the fleet's, with the REPLAN's profiles and the forecast rates."""
+    request = fleet_request
+    if order.profiles is not None:
+        request = msgspec.structs.replace(request, profiles=order.profiles)
+    if order.traffic is None:
+        if order.forecast is not None:
+            raise InputError("a forecast needs observed traffic; give 'traffic' too", field="forecast")
+        return request, None
+    rates = read_rates(request, order.traffic)
+    report = forecast_classes(request, rates, order.forecast or ForecastSpec())
+    planned = {c.name: c.planned_rps for c in report.classes}
+    workloads = [msgspec.structs.replace(w, rate_rps=planned[w.name]) for w in request.workloads]
+    return msgspec.structs.replace(request, workloads=workloads), report
+
+
+def _churn(current: PlanRecord | None, request: PlanRequest, order: ReplanRequest) -> Churn | None:
+    if current is None:
+        return None
+    penalty = DEFAULT_CHURN_PENALTY if order.churn_penalty is None else order.churn_penalty
+    return Churn.from_pools(current.plan.pools, request.options.pooling, order.max_moves, penalty)
+
+
+def _failure_status(error: PlannerError, current: PlanRecord | None) -> str:
+    """`kept` when the solver or the plan's verification said no and a plan is in force; `failed` for
+    bad input (traffic, profiles, request) or when there is no plan to keep."""
+    kept = isinstance(error, SolverFailure | PlanVerificationError) and current is not None
+    return "kept" if kept else "failed"
+
+
+def _reason(error: PlannerError, order: ReplanRequest) -> str:
+    if isinstance(error, SolverFailure) and order.max_moves is not None:
+        return f"no plan within max_moves={order.max_moves} (or the time limit): {error}"
+    if isinstance(error, SolverFailure):
+        return str(error)
+    if isinstance(error, PlanVerificationError):
+        return f"the new plan failed verification: {error}"
+    return f"invalid input: {error}"
+
+
+def profile_record(table: ProfileTable) -> ProfileSetRecord:
+    frame = table.frame
+    return ProfileSetRecord(
+        name=table.name,
+        sha256=table.sha256,
+        models=sorted(map(str, frame["model"].unique())),
+        devices=sorted(map(str, frame["device"].unique())),
+        created_at=datetime.now(UTC).isoformat(timespec="seconds"),
+    )
+
+
+def plan_of(run: Run, repo: Repository) -> Plan | None:
+    """The plan a run produced or kept (None for a failed run without one)."""
+    return None if run.plan_id is None else repo.get_plan(run.plan_id).plan
+
+
+__all__ = ["DEFAULT_CHURN_PENALTY", "plan_of", "profile_record", "replan", "replan_request"]

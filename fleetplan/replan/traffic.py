@@ -1,0 +1,130 @@
+"""Observed traffic -> the rate of each of a fleet's classes per time bin (docs/store.md, "Traffic").
+
+Three formats:
+- `azure_csv`: the Azure LLM inference traces, one request per row: TIMESTAMP, ContextTokens,
+  GeneratedTokens (an optional `model` column restricts a row to that model's classes);
+- `mooncake_jsonl`: one JSON object per line: timestamp (milliseconds, as in the Mooncake traces),
+  input_length, output_length (optional `model`);
+- `rates_csv`: per-class rate series, e.g. exported from Prometheus: time (ISO 8601 or seconds), class,
+  rps.
+
+Request rows go to the nearest class of their model (simulator.arrivals.map_trace_to_classes, the one
+class mapping: log prompt and output lengths). Bins are counted back from the newest row, so every bin is
+complete but possibly the oldest, which is dropped when there are others.
+"""
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from fleetplan.models.errors import InputError
+from fleetplan.models.plan import PlanRequest
+from fleetplan.models.store import TrafficSpec
+from fleetplan.simulator.arrivals import load_trace, map_trace_to_classes
+
+FIELD = "traffic.path"
+
+
+class Rates:
+    """Per-class rates (requests/s) per bin, oldest bin first: `frame` has one column per class, in the
+    request's order; `rows` counted and `unmapped` rows no class could take."""
+
+    def __init__(self, frame: pd.DataFrame, interval_s: float, rows: int, unmapped: int) -> None:
+        self.frame = frame
+        self.interval_s = interval_s
+        self.rows = rows
+        self.unmapped = unmapped
+
+
+def read_rates(request: PlanRequest, spec: TrafficSpec) -> Rates:
+    """The observed rate of each class of `request` per `spec.interval_s` bin."""
+    path = Path(spec.path)
+    if not path.is_file():
+        raise InputError(f"no such traffic file {spec.path!r}", field=FIELD)
+    try:
+        if spec.source == "rates_csv":
+            return _rates_from_series(request, pd.read_csv(path), spec.interval_s)
+        rows = load_trace(path) if spec.source == "azure_csv" else read_mooncake(path)
+    except (ValueError, KeyError, OSError) as error:
+        raise InputError(f"{spec.source} file {spec.path!r}: {error}", field=FIELD) from error
+    return _rates_from_requests(request, rows, spec.interval_s)
+
+
+def read_mooncake(path: Path) -> pd.DataFrame:
+    """A Mooncake-style JSONL trace as the columns load_trace gives: t_s, prompt_tokens, output_tokens."""
+    records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    frame = pd.DataFrame.from_records(records)
+    missing = [c for c in ("timestamp", "input_length", "output_length") if c not in frame.columns]
+    if missing:
+        msg = f"missing key(s) {missing}; expected timestamp, input_length, output_length"
+        raise ValueError(msg)
+    seconds = frame["timestamp"].to_numpy(float) / 1000.0
+    out = pd.DataFrame(
+        {
+            "t_s": seconds - seconds.min(),
+            "prompt_tokens": frame["input_length"].to_numpy(np.int64).clip(1),
+            "output_tokens": frame["output_length"].to_numpy(np.int64).clip(1),
+        }
+    )
+    if "model" in frame.columns:
+        out["model"] = frame["model"].astype(str).to_numpy()
+    return out.sort_values("t_s", kind="stable").reset_index(drop=True)
+
+
+def _bins_from_end(
+    seconds: np.ndarray, interval_s: float, drop_partial: bool = True
+) -> tuple[np.ndarray, int]:
+    """Bin index of each time, oldest 0, counted back from the newest time (that bin ends just after it);
+    and the number of bins kept (with `drop_partial`, the oldest is dropped when partial and not alone:
+    request counts in it would understate the rate; rate samples are not counts and keep it)."""
+    end = float(seconds.max()) + 1e-9
+    back = np.floor((end - seconds) / interval_s).astype(np.int64)
+    n_bins = int(back.max()) + 1
+    span = end - float(seconds.min())
+    partial = drop_partial and n_bins > 1 and span < n_bins * interval_s - 1e-9
+    complete = n_bins - 1 if partial else n_bins
+    return n_bins - 1 - back - (n_bins - complete), complete
+
+
+def _rates_from_requests(request: PlanRequest, rows: pd.DataFrame, interval_s: float) -> Rates:
+    if rows.empty:
+        raise InputError("the traffic file has no rows", field=FIELD)
+    classes = map_trace_to_classes(request, rows)
+    bins, n_bins = _bins_from_end(rows["t_s"].to_numpy(float), interval_s)
+    counted = (bins >= 0) & (classes >= 0)
+    n_classes = len(request.workloads)
+    counts = np.zeros((n_bins, n_classes))
+    np.add.at(counts, (bins[counted], classes[counted]), 1.0)
+    names = [w.name for w in request.workloads]
+    frame = pd.DataFrame(counts / interval_s, columns=names)
+    return Rates(frame, interval_s, int((bins >= 0).sum()), int(((bins >= 0) & (classes < 0)).sum()))
+
+
+def _rates_from_series(request: PlanRequest, series: pd.DataFrame, interval_s: float) -> Rates:
+    missing = [c for c in ("time", "class", "rps") if c not in series.columns]
+    if missing:
+        msg = f"missing column(s) {missing}; expected time,class,rps"
+        raise ValueError(msg)
+    if series.empty:
+        raise InputError("the traffic file has no rows", field=FIELD)
+    names = [w.name for w in request.workloads]
+    unknown = sorted(set(series["class"].astype(str)) - set(names))
+    stamps = series["time"]
+    if pd.api.types.is_numeric_dtype(stamps):
+        seconds = stamps.to_numpy(float)
+    else:
+        parsed = pd.to_datetime(stamps, format="mixed", utc=True)
+        seconds = (parsed - parsed.min()).dt.total_seconds().to_numpy(float)
+    bins, n_bins = _bins_from_end(seconds, interval_s, drop_partial=False)
+    frame = pd.DataFrame({"bin": bins, "class": series["class"].astype(str), "rps": series["rps"]})
+    frame = frame[(frame["bin"] >= 0) & frame["class"].isin(names)]
+    # a bin's rate is the mean of the samples in it; a class with no sample in a bin had no traffic
+    table = frame.pivot_table(index="bin", columns="class", values="rps", aggfunc="mean")
+    table = table.reindex(index=range(n_bins), columns=names).fillna(0.0)
+    unmapped = int(series["class"].astype(str).isin(unknown).sum())
+    return Rates(table.reset_index(drop=True), interval_s, len(series), unmapped)
+
+
+__all__ = ["Rates", "read_mooncake", "read_rates"]

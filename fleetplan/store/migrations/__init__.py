@@ -1,0 +1,1 @@
+"""Alembic migrations, shipped inside the package so that an installed wheel can run them."""

@@ -1,0 +1,353 @@
+"""The repository: fleets, profile sets, plans and runs in and out of the database as models' Structs.
+
+Every method is one transaction. Writes begin as writers (BEGIN IMMEDIATE on SQLite; the fleet row locked
+FOR UPDATE on PostgreSQL), so two re-plans of one fleet queue instead of interleaving. `finish_run` is
+the promotion: the new plan row, the previous plan's state, the current-plan pointer and the run's outcome
+are written in one transaction, so a reader (or a crash) sees either all of it or none of it.
+"""
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from typing import Any
+
+import msgspec
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection, Engine
+
+from fleetplan.models.base import Name
+from fleetplan.models.codec import decode, encode
+from fleetplan.models.errors import InputError, NotFound, StoreUnavailable
+from fleetplan.models.plan import Plan, PlanRequest
+from fleetplan.models.store import (
+    Diff,
+    FleetRecord,
+    ForecastReport,
+    GateReport,
+    PlanRecord,
+    ProfileSetRecord,
+    Run,
+    RunStatus,
+)
+from fleetplan.store.engine import WRITE_OPTION, current_revision, head_revision, make_engine
+from fleetplan.store.records import plan_record, plan_select, profile_set_record, run_record, run_select
+from fleetplan.store.tables import current_plans, fleet_versions, fleets, plans, profile_sets, runs
+
+MAX_PAGE = 500
+
+
+def now() -> str:
+    return datetime.now(UTC).isoformat(timespec="microseconds")
+
+
+def _json(obj: Any) -> str:
+    return encode(obj).decode()
+
+
+class Repository:
+    """Fleets, plans and runs in one database (`engine`; default: store.engine.make_engine())."""
+
+    def __init__(self, engine: Engine | None = None) -> None:
+        self.engine = engine or make_engine()
+
+    @classmethod
+    def from_url(cls, url: str | None = None) -> "Repository":
+        return cls(make_engine(url))
+
+    def check_migrated(self) -> None:
+        """Raise StoreUnavailable unless the database is reachable and at the newest revision."""
+        try:
+            at, head = current_revision(self.engine), head_revision(self.engine)
+        except sa.exc.OperationalError as error:
+            msg = f"database unreachable at {self.engine.url!r}: {error.orig}"
+            raise StoreUnavailable(msg) from error
+        if at != head:
+            msg = f"database at revision {at}, code expects {head}; run `fleetplan db upgrade`"
+            raise StoreUnavailable(msg)
+
+    @contextmanager
+    def _read(self) -> Iterator[Connection]:
+        try:
+            with self.engine.connect() as connection, connection.begin():
+                yield connection
+        except sa.exc.OperationalError as error:
+            raise StoreUnavailable(f"database error: {error.orig}") from error
+
+    @contextmanager
+    def _write(self) -> Iterator[Connection]:
+        try:
+            with self.engine.connect().execution_options(**{WRITE_OPTION: True}) as connection:
+                with connection.begin():
+                    yield connection
+        except sa.exc.OperationalError as error:
+            raise StoreUnavailable(f"database error: {error.orig}") from error
+
+    # ---- fleets -----------------------------------------------------------------------------------
+
+    def put_fleet(self, name: str, request: PlanRequest) -> FleetRecord:
+        """Store `request` as fleet `name`: a new fleet at version 1, a changed request as the next
+        version, an identical request unchanged."""
+        name = check_fleet_name(name)
+        body = _json(request)
+        stamp = now()
+        with self._write() as db:
+            row = _fleet_row(db, name, lock=True)
+            if row is None:
+                fleet_id = db.execute(
+                    fleets.insert().values(name=name, version=1, created_at=stamp, updated_at=stamp)
+                ).inserted_primary_key[0]
+                version = 1
+            else:
+                fleet_id, version = row.id, row.version
+                latest = db.execute(
+                    sa.select(fleet_versions.c.request).where(
+                        fleet_versions.c.fleet_id == fleet_id, fleet_versions.c.version == version
+                    )
+                ).scalar_one()
+                if latest == body:
+                    return self._fleet_record(db, name)
+                version += 1
+                db.execute(
+                    fleets.update().where(fleets.c.id == fleet_id).values(version=version, updated_at=stamp)
+                )
+            db.execute(
+                fleet_versions.insert().values(
+                    fleet_id=fleet_id, version=version, request=body, created_at=stamp
+                )
+            )
+            return self._fleet_record(db, name)
+
+    def get_fleet(self, name: str) -> FleetRecord:
+        with self._read() as db:
+            return self._fleet_record(db, name)
+
+    def list_fleets(self, limit: int = 100, offset: int = 0) -> list[FleetRecord]:
+        with self._read() as db:
+            names = db.execute(
+                sa.select(fleets.c.name).order_by(fleets.c.name).limit(_page(limit)).offset(max(offset, 0))
+            ).scalars()
+            return [self._fleet_record(db, n) for n in list(names)]
+
+    def _fleet_record(self, db: Connection, name: str) -> FleetRecord:
+        row = db.execute(
+            sa.select(fleets, fleet_versions.c.request)
+            .join(
+                fleet_versions,
+                (fleet_versions.c.fleet_id == fleets.c.id) & (fleet_versions.c.version == fleets.c.version),
+            )
+            .where(fleets.c.name == name)
+        ).one_or_none()
+        if row is None:
+            raise NotFound(f"unknown fleet {name!r}; create it with PUT /fleets/{name}", field="name")
+        return FleetRecord(
+            name=row.name,
+            version=row.version,
+            request=decode(row.request, PlanRequest),
+            created_at=row.created_at,
+            updated_at=row.updated_at,
+        )
+
+    # ---- plans ------------------------------------------------------------------------------------
+
+    def list_plans(self, fleet: str, limit: int = 20, offset: int = 0) -> list[PlanRecord]:
+        """The fleet's plans, newest first."""
+        with self._read() as db:
+            fleet_id = _fleet_id(db, fleet)
+            rows = db.execute(
+                plan_select()
+                .where(plans.c.fleet_id == fleet_id)
+                .order_by(plans.c.id.desc())
+                .limit(_page(limit))
+                .offset(max(offset, 0))
+            ).all()
+            return [plan_record(r) for r in rows]
+
+    def get_plan(self, plan_id: int) -> PlanRecord:
+        with self._read() as db:
+            row = db.execute(plan_select().where(plans.c.id == plan_id)).one_or_none()
+            if row is None:
+                raise NotFound(f"no plan with id {plan_id}", field="id")
+            return plan_record(row)
+
+    def current_plan(self, fleet: str) -> PlanRecord | None:
+        """The fleet's current plan, or None before its first promotion."""
+        with self._read() as db:
+            fleet_id = _fleet_id(db, fleet)
+            row = db.execute(
+                plan_select()
+                .join(current_plans, current_plans.c.plan_id == plans.c.id)
+                .where(current_plans.c.fleet_id == fleet_id)
+            ).one_or_none()
+            return None if row is None else plan_record(row)
+
+    # ---- runs -------------------------------------------------------------------------------------
+
+    def start_run(self, fleet: str, *, dry_run: bool = False) -> Run:
+        """Record a run as `running` (committed at once: a crashed run stays visible as running)."""
+        with self._write() as db:
+            fleet_id = _fleet_id(db, fleet)
+            run_id = db.execute(
+                runs.insert().values(fleet_id=fleet_id, started_at=now(), status="running", dry_run=dry_run)
+            ).inserted_primary_key[0]
+            return run_record(db.execute(run_select().where(runs.c.id == run_id)).one())
+
+    def finish_run(
+        self,
+        run_id: int,
+        *,
+        status: RunStatus,
+        reason: str | None,
+        plan: tuple[PlanRequest, int, Plan, ProfileSetRecord] | None = None,
+        promote: bool = False,
+        diff: Diff | None = None,
+        forecast: ForecastReport | None = None,
+        gate: GateReport | None = None,
+    ) -> Run:
+        """Finish a run in one transaction: store its plan (request, fleet version, plan, profile set) if
+        any, as `current` when `promote` (the previous current plan becomes `superseded` and the pointer
+        moves) or else as `candidate`, and record status, reason, diff, forecast and gate."""
+        with self._write() as db:
+            row = db.execute(sa.select(runs).where(runs.c.id == run_id)).one_or_none()
+            if row is None:
+                raise NotFound(f"no run with id {run_id}", field="id")
+            _lock_fleet(db, row.fleet_id)
+            previous = db.execute(
+                sa.select(current_plans.c.plan_id).where(current_plans.c.fleet_id == row.fleet_id)
+            ).scalar_one_or_none()
+            plan_id = None
+            if plan is not None:
+                plan_id = _insert_plan(db, row.fleet_id, plan, "current" if promote else "candidate")
+                if promote:
+                    _point_current(db, row.fleet_id, plan_id, previous)
+            elif status == "unchanged":
+                plan_id = previous
+            db.execute(
+                runs.update()
+                .where(runs.c.id == run_id)
+                .values(
+                    finished_at=now(),
+                    status=status,
+                    reason=reason,
+                    plan_id=plan_id,
+                    previous_plan_id=previous,
+                    diff=None if diff is None else _json(diff),
+                    forecast=None if forecast is None else _json(forecast),
+                    gate=None if gate is None else _json(gate),
+                )
+            )
+            return run_record(db.execute(run_select().where(runs.c.id == run_id)).one())
+
+    def get_run(self, run_id: int) -> Run:
+        with self._read() as db:
+            row = db.execute(run_select().where(runs.c.id == run_id)).one_or_none()
+            if row is None:
+                raise NotFound(f"no run with id {run_id}", field="id")
+            return run_record(row)
+
+    def list_runs(self, fleet: str, limit: int = 20, offset: int = 0) -> list[Run]:
+        """The fleet's runs, newest first."""
+        with self._read() as db:
+            fleet_id = _fleet_id(db, fleet)
+            rows = db.execute(
+                run_select()
+                .where(runs.c.fleet_id == fleet_id)
+                .order_by(runs.c.id.desc())
+                .limit(_page(limit))
+                .offset(max(offset, 0))
+            ).all()
+            return [run_record(r) for r in rows]
+
+    def list_profile_sets(self) -> list[ProfileSetRecord]:
+        with self._read() as db:
+            rows = db.execute(sa.select(profile_sets).order_by(profile_sets.c.id)).all()
+            return [profile_set_record(r) for r in rows]
+
+
+def check_fleet_name(name: str) -> str:
+    """A fleet's name follows the rules of every name in a request (InputError naming the field "name")."""
+    try:
+        return msgspec.convert(name, Name)
+    except msgspec.ValidationError as error:
+        raise InputError(str(error), field="name") from error
+
+
+def _page(limit: int) -> int:
+    return min(max(int(limit), 1), MAX_PAGE)
+
+
+def _fleet_row(db: Connection, name: str, *, lock: bool = False):
+    query = sa.select(fleets.c.id, fleets.c.version).where(fleets.c.name == name)
+    return db.execute(query.with_for_update() if lock else query).one_or_none()
+
+
+def _fleet_id(db: Connection, name: str) -> int:
+    row = _fleet_row(db, name)
+    if row is None:
+        raise NotFound(f"unknown fleet {name!r}; create it with PUT /fleets/{name}", field="name")
+    return int(row.id)
+
+
+def _lock_fleet(db: Connection, fleet_id: int) -> None:
+    """Serialize promotions of one fleet (FOR UPDATE on PostgreSQL; SQLite writers are serial anyway)."""
+    db.execute(sa.select(fleets.c.id).where(fleets.c.id == fleet_id).with_for_update()).one()
+
+
+def _profile_set_id(db: Connection, record: ProfileSetRecord) -> int:
+    found = db.execute(
+        sa.select(profile_sets.c.id).where(
+            profile_sets.c.name == record.name, profile_sets.c.sha256 == record.sha256
+        )
+    ).scalar_one_or_none()
+    if found is not None:
+        return int(found)
+    return int(
+        db.execute(
+            profile_sets.insert().values(
+                name=record.name,
+                sha256=record.sha256,
+                models=_json(record.models),
+                devices=_json(record.devices),
+                created_at=record.created_at,
+            )
+        ).inserted_primary_key[0]
+    )
+
+
+def _insert_plan(
+    db: Connection, fleet_id: int, plan: tuple[PlanRequest, int, Plan, ProfileSetRecord], state: str
+) -> int:
+    request, version, result, profile_set = plan
+    return int(
+        db.execute(
+            plans.insert().values(
+                fleet_id=fleet_id,
+                fleet_version=version,
+                created_at=now(),
+                state=state,
+                status=result.status,
+                profile_set_id=_profile_set_id(db, profile_set),
+                slo_rps=result.slo_rps,
+                cost_per_hour=result.cost_per_hour,
+                solver=_json(result.solver),
+                request=_json(request),
+                plan=_json(result),
+            )
+        ).inserted_primary_key[0]
+    )
+
+
+def _point_current(db: Connection, fleet_id: int, plan_id: int, previous: int | None) -> None:
+    """Move the fleet's current-plan pointer to `plan_id`; the previous current plan is superseded."""
+    stamp = now()
+    if previous is None:
+        db.execute(current_plans.insert().values(fleet_id=fleet_id, plan_id=plan_id, promoted_at=stamp))
+        return
+    db.execute(plans.update().where(plans.c.id == previous).values(state="superseded"))
+    db.execute(
+        current_plans.update()
+        .where(current_plans.c.fleet_id == fleet_id)
+        .values(plan_id=plan_id, promoted_at=stamp)
+    )
+
+
+__all__ = ["MAX_PAGE", "Repository", "now"]

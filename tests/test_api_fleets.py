@@ -1,0 +1,72 @@
+"""The store's HTTP routes: fleets, plans, runs and replan over a real SQLite file, problem+json errors,
+write routes marked for the auth guard, and the schema documenting them."""
+
+import pytest
+from litestar.testing import TestClient
+from store_helpers import tiny_request
+
+from fleetplan.api.app import create_app
+from fleetplan.models.codec import to_builtins
+
+QUICK = {"gate": {"seeds": 1, "duration_s": 20.0, "warmup_s": 5.0}}
+
+
+@pytest.fixture
+def client(tmp_path):
+    with TestClient(create_app(database_url=f"sqlite:///{tmp_path / 'api.db'}")) as test_client:
+        yield test_client
+
+
+def test_fleet_plan_and_run_routes(client):
+    body = to_builtins(tiny_request())
+    put = client.put("/fleets/tiny", json=body)
+    assert put.status_code == 200
+    assert put.json()["version"] == 1
+    assert client.put("/fleets/tiny", json=body).json()["version"] == 1
+    assert [f["name"] for f in client.get("/fleets").json()] == ["tiny"]
+    assert client.get("/fleets/tiny").json()["request"] == put.json()["request"]
+
+    missing = client.get("/fleets/tiny/plans/current")
+    assert missing.status_code == 404
+    assert missing.headers["content-type"].startswith("application/problem+json")
+
+    run = client.post("/fleets/tiny/replan", json=QUICK)
+    assert run.status_code == 200
+    assert run.json()["status"] == "promoted"
+    current = client.get("/fleets/tiny/plans/current").json()
+    assert current["id"] == run.json()["plan_id"]
+    assert client.get(f"/plans/{current['id']}").json()["plan"] == current["plan"]
+    assert [p["id"] for p in client.get("/fleets/tiny/plans").json()] == [current["id"]]
+    runs = client.get("/fleets/tiny/runs?limit=1").json()
+    assert [r["id"] for r in runs] == [run.json()["id"]]
+    assert client.get(f"/runs/{run.json()['id']}").json()["diff"] == run.json()["diff"]
+
+
+def test_store_errors_are_problems_naming_the_field(client):
+    bad_name = client.put("/fleets/-bad", json=to_builtins(tiny_request()))
+    assert bad_name.status_code == 400
+    assert bad_name.json()["field"] == "name"
+    client.put("/fleets/tiny", json=to_builtins(tiny_request()))
+    bad_moves = client.post("/fleets/tiny/replan", json={"max_moves": -1})
+    assert bad_moves.status_code == 400
+    assert bad_moves.json()["field"] == "max_moves"
+    unknown = client.post("/fleets/nope/replan", json={})
+    assert unknown.status_code == 404
+    assert "unknown fleet 'nope'" in unknown.json()["detail"]
+    assert client.get("/runs/999").status_code == 404
+    assert client.get("/fleets/tiny/plans?limit=0").status_code == 400
+
+
+def test_write_routes_are_marked_and_documented(client):
+    app = client.app
+    marked = {}
+    for route in app.routes:
+        for handler in getattr(route, "route_handlers", []):
+            if any(p in route.path for p in ("/fleets", "/plans/", "/runs/")):
+                marked[(route.path, *sorted(handler.http_methods))] = handler.opt.get("write", False)
+    assert marked[("/fleets/{name:str}", "PUT")] is True
+    assert marked[("/fleets/{name:str}/replan", "POST")] is True
+    assert not any(v for k, v in marked.items() if "GET" in k)
+    paths = client.get("/schema/openapi.json").json()["paths"]
+    for path in ("/fleets", "/fleets/{name}", "/fleets/{name}/replan", "/runs/{run_id}", "/plans/{plan_id}"):
+        assert path in paths
