@@ -29,10 +29,21 @@ from fleetplan.models.plan import (
     WorkloadResult,
 )
 from fleetplan.models.profile import PERCENTILES, ProfileRow, ProfileSetManifest, ProfilesSpec
+from fleetplan.models.whatif import (
+    Axis,
+    BaselinePoint,
+    Point,
+    PointBaselines,
+    WhatIfRequest,
+    WhatIfResult,
+    WhatIfSolver,
+)
 from fleetplan.models.workload import ModelSpec, Slo, Workload
 
 __all__ = [
     "PERCENTILES",
+    "Axis",
+    "BaselinePoint",
     "Baselines",
     "Device",
     "DeviceUse",
@@ -46,6 +57,8 @@ __all__ = [
     "Options",
     "Plan",
     "PlanRequest",
+    "Point",
+    "PointBaselines",
     "PlanVerificationError",
     "PlannerError",
     "Pool",
@@ -62,6 +75,9 @@ __all__ = [
     "SolverInfo",
     "StageRecord",
     "Status",
+    "WhatIfRequest",
+    "WhatIfResult",
+    "WhatIfSolver",
     "Workload",
     "WorkloadResult",
 ]
