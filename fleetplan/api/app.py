@@ -248,6 +248,8 @@ def create_app(store: ProfileStore | None = None, *, max_concurrent_solves: int 
     `max_concurrent_solves` (default: the CPU count) bounds the worker threads running solver.plan;
     a request waiting for one counts against its deadline.
     """
+    from fleetplan.api.whatif import post_whatif  # it builds on this module's DTO base
+
     limit = max_concurrent_solves or os.cpu_count() or 1
 
     def on_startup(app: Litestar) -> None:
@@ -255,7 +257,7 @@ def create_app(store: ProfileStore | None = None, *, max_concurrent_solves: int 
         app.state.solve_limiter = anyio.CapacityLimiter(limit)
 
     return Litestar(
-        route_handlers=[post_plan, post_profiles, list_profiles, get_profile, health],
+        route_handlers=[post_plan, post_whatif, post_profiles, list_profiles, get_profile, health],
         state=State({"store": store or ProfileStore()}),
         on_startup=[on_startup],
         before_request=require_json_body,

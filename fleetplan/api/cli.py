@@ -515,3 +515,8 @@ def simulate_command(
     buffer = io.StringIO()
     render_simulation(report, buffer)
     click.echo(buffer.getvalue(), nl=False)
+
+
+from fleetplan.api.cli_whatif import whatif_command  # noqa: E402  (it builds on the helpers above)
+
+main.add_command(whatif_command)

@@ -68,22 +68,22 @@ def one_more(request: PlanRequest, device: str) -> PlanRequest:
     return msgspec.structs.replace(request, devices=devices)
 
 
-def widened(request: WhatIfRequest) -> PlanRequest:
+def widened(base: PlanRequest, axes: list[Axis], marginal: bool) -> PlanRequest:
     """The base request with every device's max_count raised to the most any point (and, for marginal
     values, one more device) may use: the candidates built from it hold every pool any point can run.
 
     Pools too large for a point's own fleet stay as columns whose bound is 0 instances, so each point's
     model has the same optimum as a model built from that point's own request (docs/whatif.md).
     """
-    most = {d.name: d.capacity for d in request.base.devices}
-    for axis in request.axes:
+    most = {d.name: d.capacity for d in base.devices}
+    for axis in axes:
         if axis.kind in ("count", "max_count"):
             name = axis.device
             assert name is not None
             most[name] = max(most[name], int(max(axis.grid())))
-    extra = 1 if request.marginal else 0
+    extra = 1 if marginal else 0
     devices = [
         msgspec.structs.replace(d, max_count=most[d.name] + extra) if most[d.name] + extra > d.count else d
-        for d in request.base.devices
+        for d in base.devices
     ]
-    return msgspec.structs.replace(request.base, devices=devices)
+    return msgspec.structs.replace(base, devices=devices)

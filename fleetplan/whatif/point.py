@@ -71,7 +71,7 @@ def make_context(request: WhatIfRequest, coords: list[dict[str, float]], table: 
     """The context; candidates are built here once when no axis changes them."""
     shared = None
     if shares_candidates(request.axes):
-        base = widened(request)
+        base = widened(request.base, request.axes, request.marginal)
         check_profiles_cover(base, table)
         shared = build_candidates(base, table)
     return SweepContext(request, coords, table, shared)
@@ -114,7 +114,7 @@ class PointSolver:
         (from the request with room for one more device per type, for the marginal values)."""
         cand = self.ctx.shared
         if cand is None:
-            room = widened(msgspec.structs.replace(self.ctx.request, base=request, axes=[]))
+            room = widened(request, [], self.ctx.request.marginal)
             check_profiles_cover(room, self.ctx.table)
             cand = build_candidates(room, self.ctx.table)
             self.built += 1
