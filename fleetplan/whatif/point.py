@@ -48,6 +48,7 @@ class SweepContext:
     coords: list[dict[str, float]]
     table: ProfileTable
     shared: Candidates | None
+    seed: dict = field(default_factory=dict)  # plans solved before the tasks start (PointSolver.plans)
 
 
 @dataclass(frozen=True)
@@ -86,6 +87,10 @@ class PointSolver:
     solves: int = 0
     reused: int = 0
     built: int = 0
+
+    def __post_init__(self) -> None:
+        for key, entries in self.ctx.seed.items():
+            self.plans.setdefault(key, []).extend(entries)
 
     def point(self, index: int) -> Point:
         coords = self.ctx.coords[index]

@@ -1,6 +1,7 @@
 """run_whatif(request) -> WhatIfResult: the one service function the API and the CLI call, and the CSV."""
 
 import csv
+import dataclasses
 import io
 import time
 from collections.abc import Callable
@@ -11,7 +12,7 @@ from fleetplan.solver.pipeline import resolve_profiles
 from fleetplan.whatif.executors import Executor, Serial, chunks_of
 from fleetplan.whatif.frontier import frontier
 from fleetplan.whatif.grid import grid
-from fleetplan.whatif.point import make_context, solve_chunk
+from fleetplan.whatif.point import PointSolver, SweepContext, make_context, solve_chunk
 
 # chunks per worker: more balance the load, fewer keep more plans together for reuse and warm starts
 CHUNKS_PER_WORKER = 2
@@ -43,10 +44,11 @@ def run_whatif(
 
     if progress is not None:
         progress(0, len(coords))
+    ctx, seeded = seed_top_budget(ctx)
     tasks = max(1, executor.workers) * CHUNKS_PER_WORKER if executor.name != "serial" else 1
     results = executor.run(solve_chunk, ctx, chunks_of(list(range(len(coords))), tasks), done)
     points: list[Point | None] = [None] * len(coords)
-    counts = {"built": int(ctx.shared is not None), "solves": 0, "reused": 0}
+    counts = {"built": int(ctx.shared is not None) + seeded.built, "solves": seeded.solves, "reused": 0}
     for pairs, stats in results:
         for index, point in pairs:
             points[index] = point
@@ -67,6 +69,18 @@ def run_whatif(
         ),
         wall_ms=round((time.perf_counter() - began) * 1e3, 3),
     )
+
+
+def seed_top_budget(ctx: SweepContext) -> tuple[SweepContext, PointSolver]:
+    """Solve the highest-budget point once, here, and hand its plans (and its marginal plans) to every
+    task: each task would otherwise solve that most expensive point itself before reusing it below."""
+    seeder = PointSolver(ctx)
+    budgets = [c.get("budget_per_hour") for c in ctx.coords]
+    if ctx.shared is None or budgets[0] is None or len(ctx.coords) < 2:
+        return ctx, seeder
+    top = max(range(len(budgets)), key=lambda i: budgets[i])  # type: ignore[arg-type, return-value]
+    seeder.point(top)
+    return dataclasses.replace(ctx, seed=seeder.plans), seeder
 
 
 def to_csv(result: WhatIfResult) -> str:
