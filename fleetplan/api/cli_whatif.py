@@ -143,7 +143,7 @@ class _bar:
         self.progress = None
         self.task = None
 
-    def __enter__(self):  # noqa: ANN204
+    def __enter__(self):
         if not self.show:
             return lambda done, total: None
         from rich.console import Console
