@@ -216,7 +216,7 @@ def _summary(result):
 def test_local_processes_and_dask_give_the_serial_answer():
     distributed = pytest.importorskip("distributed")
     base = two_types(small={"max_count": 3}, big={"max_count": 1})
-    request = whatif(base, {"param": "budget_per_hour", "values": [0, 2, 4, 6, 8]}, baselines=False)
+    request = whatif(base, {"param": "budget_per_hour", "values": [0, 4, 8]}, baselines=False)
     serial = run_whatif(request)
     parallel = run_whatif(request, LocalProcesses(2))
     assert parallel.solver.executor == "processes"
@@ -235,10 +235,13 @@ def test_local_processes_and_dask_give_the_serial_answer():
     ):
         seen = []
         on_dask = run_whatif(request, DaskCluster(client=client), progress=lambda d, t: seen.append((d, t)))
+        by_address = run_whatif(request, DaskCluster(address=cluster.scheduler_address))  # --scheduler
     assert on_dask.solver.executor == "dask"
     assert _summary(on_dask) == _summary(serial)
-    assert seen[0] == (0, 5)
-    assert seen[-1] == (5, 5)
+    assert _summary(by_address) == _summary(serial)
+    assert by_address.solver.workers == 2  # threads of the one worker
+    assert seen[0] == (0, 3)
+    assert seen[-1] == (3, 3)
 
 
 # --- outputs: CSV, plots, HTTP, CLI --------------------------------------------------------------------
