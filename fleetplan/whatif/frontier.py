@@ -4,8 +4,8 @@ import numpy as np
 
 from fleetplan.models.whatif import Point
 
-# two costs or RPS closer than this (relative) count as equal
-TOL = 1e-9
+# two costs or RPS closer than this (relative to the largest) count as equal: solver round-off, not a plan
+TOL = 1e-6
 
 
 def frontier(points: list[Point]) -> list[int]:

@@ -1,12 +1,16 @@
 """One grid point: its request, its plan (warm-started, or provably another budget's plan), its summary.
 
-A PointSolver runs the points one executor task owns, in falling budget order, and keeps every plan it
+A PointSolver runs the points one executor task owns, in rising budget order, and keeps every plan it
 solved. Two exact shortcuts make a budget sweep cheap, neither of which changes any answer:
 
 - a plan solved under budget B that costs C is also the plan under every budget in [C, B]: it is feasible
-  there, and no plan there can beat it, since every such plan was feasible under B too (reuse);
+  there, and no plan there can beat it, since every such plan was feasible under B too (reuse; the
+  highest budget is solved before the tasks start, service.seed_top_budget, so this covers every budget
+  above the unconstrained plan's cost);
 - a plan is a feasible start for the next point when the point's bounds keep it (warm start), which
-  replaces the relaxations and the sub-MIP of optimize() (solver.optimize.optimize_from).
+  replaces the relaxations and the sub-MIP of optimize() (solver.optimize.optimize_from). Rising budgets
+  make the previous point's plan such a start, so even a solve cut short by its time limit never serves
+  less than a lower budget of its task did.
 """
 
 import dataclasses
@@ -293,9 +297,9 @@ def point_baselines(cand: Candidates) -> PointBaselines:
 
 
 def solve_chunk(ctx: SweepContext, indices: list[int]) -> tuple[list[tuple[int, Point]], dict[str, int]]:
-    """One executor task: its points in falling budget order (so plans can be reused downwards), and
-    counts of candidate builds, solves and reuses."""
+    """One executor task: its points in rising budget order (each plan a feasible start for the next),
+    and counts of candidate builds, solves and reuses."""
     solver = PointSolver(ctx)
-    order = sorted(indices, key=lambda i: -ctx.coords[i].get("budget_per_hour", 0.0))
+    order = sorted(indices, key=lambda i: ctx.coords[i].get("budget_per_hour", 0.0))
     out = [(i, solver.point(i)) for i in order]
     return out, {"built": solver.built, "solves": solver.solves, "reused": solver.reused}
