@@ -152,10 +152,13 @@ def devices_figure(result: WhatIfResult, plt: Any) -> Any:
             bottom += used
         ax.set_xlabel(axis_label(first))
         ax.set_ylabel("devices in use, count")
+        ax.yaxis.get_major_locator().set_params(integer=True)
         ax.grid(True, axis="y", alpha=0.3)
         if second is not None:
             ax.set_title(f"{axis_label(result.axes[1])} = {second:g}", fontsize="medium")
-    axes[0][0].legend(loc="upper left", fontsize="small", title="device (hatched: bought)")
+    bought_any = any(any(p.bought.values()) for p in points)
+    title = "device (hatched: bought)" if bought_any else "device"
+    axes[0][0].legend(loc="upper left", fontsize="small", title=title)
     figure.suptitle("Devices per type in each point's plan")
     return figure
 
