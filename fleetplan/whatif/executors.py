@@ -10,7 +10,7 @@ from typing import Any, Protocol
 
 from fleetplan.models.errors import InputError
 
-Task = Callable[[Any, list[int]], Any]
+Task = Callable[..., Any]  # fn(ctx, chunk[, done]): done(1) after each point, where given
 Progress = Callable[[int], None]
 
 
@@ -25,17 +25,13 @@ class Executor(Protocol):
 
 @dataclass
 class Serial:
-    """Every chunk in this process, one after the other."""
+    """Every chunk in this process, one after the other, reporting every point as it finishes."""
 
     name: str = "serial"
     workers: int = 1
 
     def run(self, fn: Task, ctx: Any, chunks: list[list[int]], done: Progress) -> list[Any]:
-        results = []
-        for chunk in chunks:
-            results.append(fn(ctx, chunk))
-            done(len(chunk))
-        return results
+        return [fn(ctx, chunk, done) for chunk in chunks]
 
 
 _CONTEXT: dict[str, Any] = {}

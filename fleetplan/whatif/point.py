@@ -15,6 +15,7 @@ solved. Two exact shortcuts make a budget sweep cheap, neither of which changes 
 
 import dataclasses
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import msgspec
@@ -296,10 +297,16 @@ def point_baselines(cand: Candidates) -> PointBaselines:
     )
 
 
-def solve_chunk(ctx: SweepContext, indices: list[int]) -> tuple[list[tuple[int, Point]], dict[str, int]]:
+def solve_chunk(
+    ctx: SweepContext, indices: list[int], done: Callable[[int], None] | None = None
+) -> tuple[list[tuple[int, Point]], dict[str, int]]:
     """One executor task: its points in rising budget order (each plan a feasible start for the next),
-    and counts of candidate builds, solves and reuses."""
+    and counts of candidate builds, solves and reuses; `done(1)` after each point when given."""
     solver = PointSolver(ctx)
     order = sorted(indices, key=lambda i: ctx.coords[i].get("budget_per_hour", 0.0))
-    out = [(i, solver.point(i)) for i in order]
+    out = []
+    for i in order:
+        out.append((i, solver.point(i)))
+        if done is not None:
+            done(1)
     return out, {"built": solver.built, "solves": solver.solves, "reused": solver.reused}
