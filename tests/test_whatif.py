@@ -344,3 +344,30 @@ def test_csv_has_one_row_per_point(budget_sweep):
     assert {"devices:small", "bought:big", "marginal_rps:small", "binding", "frontier"} <= set(header)
     flags = [int(r.split(",")[header.index("frontier")]) for r in rows[1:]]
     assert [i for i, f in enumerate(flags) if f] == result.frontier
+
+
+def test_warm_start_only_when_feasible():
+    """optimize_from uses a start only when it keeps every bound and row; otherwise it is optimize()."""
+    import numpy as np
+
+    from fleetplan.solver.candidates import build_candidates
+    from fleetplan.solver.formulation import build_matrix
+    from fleetplan.solver.optimize import is_feasible, optimize, optimize_from
+    from fleetplan.solver.pipeline import resolve_profiles
+
+    request = two_types(small={"max_count": 4}, big={"max_count": 3}, budget=7.5)
+    cand = build_candidates(request, resolve_profiles(request))
+    form, cols = build_matrix(cand)
+    nothing = np.zeros(cols.size)
+    assert is_feasible(form, nothing)  # no instance, no flow
+    over_budget = nothing.copy()
+    over_budget[: cols.n_pools] = form.col_hi[: cols.n_pools]  # every pool at its bound: 4 small, 3 big
+    over_budget[cols.buy_offset :] = form.col_hi[cols.buy_offset :]
+    assert not is_feasible(form, over_budget)  # 4 + 3 * 3 = 13 $/h > 7.5
+    cold = optimize(request, cand)
+    warm = optimize_from(request, cand, nothing)
+    fallback = optimize_from(request, cand, over_budget)
+    assert [s.step for s in warm.stages] == ["primary", "tie_break"]
+    assert fallback.stages[0].step == "relaxation"
+    for outcome in (warm, fallback):
+        assert outcome.primary_value == pytest.approx(cold.primary_value, rel=1e-9)
