@@ -255,6 +255,7 @@ def create_app(
     runs (fleetplan/api/fleets.py; default $FLEETPLAN_DATABASE_URL, else the user's SQLite file).
     """
     from fleetplan.api.fleets import StoreHandle, fleets_router, open_store_at_startup
+    from fleetplan.api.whatif import post_whatif  # it builds on this module's DTO base
 
     limit = max_concurrent_solves or os.cpu_count() or 1
 
@@ -263,7 +264,15 @@ def create_app(
         app.state.solve_limiter = anyio.CapacityLimiter(limit)
 
     return Litestar(
-        route_handlers=[post_plan, post_profiles, list_profiles, get_profile, health, fleets_router],
+        route_handlers=[
+            post_plan,
+            post_whatif,
+            post_profiles,
+            list_profiles,
+            get_profile,
+            health,
+            fleets_router,
+        ],
         state=State({"store": store or ProfileStore(), "fleet_store": StoreHandle(database_url)}),
         on_startup=[on_startup, open_store_at_startup],
         before_request=require_json_body,

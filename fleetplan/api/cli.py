@@ -520,3 +520,7 @@ def simulate_command(
 
 
 register_store_commands(main)  # fleet, plans, runs, replan, db (fleetplan/api/cli_store.py)
+
+from fleetplan.api.cli_whatif import whatif_command  # noqa: E402  (it builds on the helpers above)
+
+main.add_command(whatif_command)

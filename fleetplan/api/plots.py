@@ -1,5 +1,5 @@
 """Pictures of a simulation: latency distributions against the SLO lines. matplotlib is imported lazily
-(extra `fleetplan[plot]`) so the service and the CLI start without it."""
+(through the one helper the what-if plots use too) so the service and the CLI start without it."""
 
 from pathlib import Path
 
@@ -7,6 +7,7 @@ import numpy as np
 
 from fleetplan.models.errors import InputError
 from fleetplan.models.simulation import SimulationReport
+from fleetplan.whatif.plots import pyplot
 
 
 def plot_latency_distributions(report: SimulationReport, path: Path) -> Path:
@@ -15,14 +16,7 @@ def plot_latency_distributions(report: SimulationReport, path: Path) -> Path:
     Needs a report made with simulate(keep_samples=True). A curve that crosses its SLO line below the SLO
     percentile is a class missing its SLO.
     """
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError as error:
-        msg = "plotting needs matplotlib: pip install 'fleetplan[plot]'"
-        raise InputError(msg, field="plot") from error
+    plt = pyplot()
     classes = [c for c in report.classes if c.ttft_ms_samples]
     if not classes:
         raise InputError("no completed requests to plot (or the report has no samples)", field="plot")

@@ -43,10 +43,21 @@ from fleetplan.models.store import (
     Run,
     TrafficSpec,
 )
+from fleetplan.models.whatif import (
+    Axis,
+    BaselinePoint,
+    Point,
+    PointBaselines,
+    WhatIfRequest,
+    WhatIfResult,
+    WhatIfSolver,
+)
 from fleetplan.models.workload import ModelSpec, Slo, Workload
 
 __all__ = [
     "PERCENTILES",
+    "Axis",
+    "BaselinePoint",
     "Baselines",
     "ClassChange",
     "Device",
@@ -68,6 +79,8 @@ __all__ = [
     "Plan",
     "PlanRecord",
     "PlanRequest",
+    "Point",
+    "PointBaselines",
     "PlanVerificationError",
     "PlannerError",
     "Pool",
@@ -88,6 +101,9 @@ __all__ = [
     "StageRecord",
     "Status",
     "TrafficSpec",
+    "WhatIfRequest",
+    "WhatIfResult",
+    "WhatIfSolver",
     "Workload",
     "WorkloadResult",
 ]

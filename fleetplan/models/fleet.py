@@ -12,14 +12,27 @@ class Device(Base):
 
     `network_gbps` absent means the NIC is never a bottleneck and KV transfer takes no time.
     `kind` lets the GPU-only baseline find a GPU when `options.baseline_device` is not given.
+    `max_count` (>= count) makes the type purchasable: the solver may buy up to `max_count - count` more
+    at `cost_per_hour` each (an integer decision under `options.budget_per_hour`).
     """
 
     name: Name
     count: Count
+    max_count: Count | None = None
     memory_gib: Gib | None = None
     cost_per_hour: CostPerHour = 0.0
     network_gbps: PositiveGbps | None = None
     kind: DeviceKind | None = None
+
+    def __post_init__(self) -> None:
+        if self.max_count is not None and self.max_count < self.count:
+            msg = f"max_count: {self.max_count} is below count {self.count}; give max_count >= count or null"
+            raise ValueError(msg)
+
+    @property
+    def capacity(self) -> int:
+        """The most devices of this type a plan may use: owned plus purchasable."""
+        return self.count if self.max_count is None else self.max_count
 
 
 class Link(Base):

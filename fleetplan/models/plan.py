@@ -174,9 +174,13 @@ class Pool(Base):
 
 
 class DeviceUse(Base):
+    """Devices of one type the plan uses of the `available` (owned) ones; `bought`: how many of the used
+    ones are purchased beyond them (only for types with `max_count`)."""
+
     name: Name
     used: Count
     available: Count
+    bought: Count = 0
 
 
 class LinkUse(Base):

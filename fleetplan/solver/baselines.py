@@ -204,7 +204,7 @@ def greedy_run(cand: Candidates) -> tuple[GreedyBaseline, Usage]:
     """
     request = cand.request
     classes = cand.classes
-    free = {d.name: float(d.count) for d in request.devices}
+    free = {d.name: float(d.capacity) for d in request.devices}
     rho = cand.link_rho  # bandwidth budgets carry the same headroom as in the MILP
     links = {
         (link.source, link.target): rho[(link.source, link.target)] * link.gbps for link in request.links
@@ -246,5 +246,7 @@ def greedy_run(cand: Candidates) -> tuple[GreedyBaseline, Usage]:
                     kv_budget -= s * kv
             served_total += s
             break
-    used = {d.name: int(round(d.count - free[d.name])) for d in request.devices if free[d.name] < d.count}
+    used = {
+        d.name: int(round(d.capacity - free[d.name])) for d in request.devices if free[d.name] < d.capacity
+    }
     return GreedyBaseline(slo_rps=round(served_total, 9)), _usage(request, used)

@@ -85,11 +85,13 @@ def class_table(request: PlanRequest) -> pd.DataFrame:
 
 
 def device_table(request: PlanRequest) -> pd.DataFrame:
-    """Per device type: count, cost, NIC (inf where absent: never a bottleneck)."""
+    """Per device type: count, capacity (count, or max_count when purchasable), cost, NIC (inf where absent:
+    never a bottleneck)."""
     return pd.DataFrame(
         {
             "device": [d.name for d in request.devices],
             "count": [d.count for d in request.devices],
+            "capacity": [d.capacity for d in request.devices],
             "cost_per_hour": [d.cost_per_hour for d in request.devices],
             "nic_gbps": [np.inf if d.network_gbps is None else d.network_gbps for d in request.devices],
         }
@@ -144,10 +146,11 @@ def interpolate_latency(
 
 
 def _usable(latency: pd.DataFrame, request: PlanRequest, devices: pd.DataFrame) -> pd.DataFrame:
-    """Latency points on fleet devices where one instance fits in the count, within the option filters."""
+    """Latency points on fleet devices where one instance fits in the capacity (owned plus purchasable),
+    within the option filters."""
     options = request.options
     merged = latency.merge(devices, on="device")
-    keep = merged["count"].to_numpy() >= merged["tp"].to_numpy()
+    keep = merged["capacity"].to_numpy() >= merged["tp"].to_numpy()
     if options.batch_sizes is not None:
         keep &= merged["batch"].isin(options.batch_sizes).to_numpy()
     if options.tp_degrees is not None:

@@ -19,7 +19,7 @@ def no_candidate_reason(cand: Candidates, w: int) -> str:
     c = cand.classes.loc[w]
     q = int(c["percentile"])
     model = c["model"]
-    counts = {d.name: d.count for d in request.devices}
+    counts = {d.name: d.capacity for d in request.devices}
     latency = cand.latency[cand.latency["w"] == w]
     on_fleet = latency[
         [counts.get(dev, 0) >= tp for dev, tp in zip(latency["device"], latency["tp"], strict=True)]
@@ -62,10 +62,11 @@ def shortfall_reason(
     mine = set(cand.uses.loc[cand.uses["w"] == w, "device"])
     rho = cand.link_rho
     binding = []
+    capacity = {d.name: d.capacity for d in request.devices}  # owned plus purchasable
     full = [
-        f"{d.name} {d.used}/{d.available}"
+        f"{d.name} {d.used}/{capacity[d.name]}"
         for d in devices
-        if d.name in mine and d.available - d.used < _min_tp(cand, w, d.name)
+        if d.name in mine and capacity[d.name] - d.used < _min_tp(cand, w, d.name)
     ]
     if full:
         binding.append("device capacity (" + ", ".join(full) + " in use)")

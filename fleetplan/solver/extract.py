@@ -219,7 +219,13 @@ def devices_out(cand: Candidates, sol: Solution) -> list[DeviceUse]:
         .sum()
     )
     return [
-        DeviceUse(name=d.name, used=int(used.get(d.name, 0)), available=d.count) for d in cand.request.devices
+        DeviceUse(
+            name=d.name,
+            used=int(used.get(d.name, 0)),
+            available=d.count,
+            bought=max(int(used.get(d.name, 0)) - d.count, 0),
+        )
+        for d in cand.request.devices
     ]
 
 

@@ -2,9 +2,9 @@
 
 Columns: x[pool] (integer instances) | f[use] (RPS of a class through a pool; for prefill uses, per
 destination key) | s[w, key, tier] (KV-flow slack carried down the bandwidth tiers) | phi (only for
-max_min_fraction) | d[k] (only for a churn-limited re-plan: instances moved per pool key k).
-Each family returns a Block of COO triplets; `build_matrix` stacks them into one CSR
-matrix, the only form a backend sees.
+max_min_fraction) | d[k] (only for a churn-limited re-plan: instances moved per pool key k) | b[k] (integer
+devices bought, only for purchasable types: `Device.max_count`). Each family returns a Block of COO
+triplets; `build_matrix` stacks them into one CSR matrix, the only form a backend sees.
 """
 
 from dataclasses import dataclass, field
@@ -40,6 +40,7 @@ class Columns:
     chain: pd.DataFrame  # one row per s variable: w, key, tier
     has_phi: bool
     n_churn: int = 0  # d[k] columns, one per pool key of a churn-limited re-plan
+    buy: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # device rows with a b column
 
     @property
     def use_offset(self) -> int:
@@ -58,8 +59,12 @@ class Columns:
         return self.phi + int(self.has_phi)
 
     @property
-    def size(self) -> int:
+    def buy_offset(self) -> int:
         return self.churn_offset + self.n_churn
+
+    @property
+    def size(self) -> int:
+        return self.buy_offset + len(self.buy)
 
 
 @dataclass
@@ -177,16 +182,40 @@ def define_demand(cand: Candidates, cols: Columns, full: bool) -> Block:
 
 
 def define_devices(cand: Candidates, cols: Columns) -> Block:
-    """sum_{pools on k} t * x[pool] <= N_k for every device type k."""
+    """sum_{pools on k} t * x[pool] - b[k] <= N_k for every device type k (b[k] only where purchasable)."""
     devices = cand.devices.reset_index(drop=True)
     position = pd.Series(np.arange(len(devices)), index=devices["device"])
     pools = cand.pools
     rows = position.loc[pools["device"]].to_numpy()
     n = len(devices)
     tp = pools["tp"].to_numpy(float)
+    buy_rows, buy_cols, buy_vals = define_purchases(cand, cols)
     return Block(
-        "devices", n, rows, np.arange(len(pools)), tp, np.full(n, -INF), devices["count"].to_numpy(float)
+        "devices",
+        n,
+        np.concatenate([rows, buy_rows]),
+        np.concatenate([np.arange(len(pools)), buy_cols]),
+        np.concatenate([tp, buy_vals]),
+        np.full(n, -INF),
+        devices["count"].to_numpy(float),
     )
+
+
+def purchasable(cand: Candidates) -> np.ndarray:
+    """Device rows (positions in cand.devices) whose type may be bought beyond its count."""
+    devices = cand.devices
+    if "capacity" not in devices:
+        return np.zeros(0, np.int64)
+    return np.flatnonzero(devices["capacity"].to_numpy() > devices["count"].to_numpy())
+
+
+def define_purchases(cand: Candidates, cols: Columns) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The b[k] entries of the device rows: -1 * b[k], 0 <= b[k] <= max_count_k - N_k, b integer.
+
+    Bought devices cost what owned ones do (c_k per device in use, already in the budget row and the cost
+    objective through x), so b[k] only lifts the device row; the plan reports bought = max(0, used - N_k).
+    """
+    return cols.buy, cols.buy_offset + np.arange(len(cols.buy)), -np.ones(len(cols.buy))
 
 
 def define_nic(cand: Candidates, cols: Columns) -> Block:
@@ -417,7 +446,7 @@ def column_bounds(cand: Candidates, cols: Columns) -> tuple[np.ndarray, np.ndarr
     pools, uses, classes = cand.pools, cand.uses, cand.classes
     devices = cand.devices.set_index("device")
     tp = pools["tp"].to_numpy(float)
-    fit = np.floor(pools["device"].map(devices["count"]).to_numpy(float) / tp)
+    fit = np.floor(pools["device"].map(devices[_capacity_column(devices)]).to_numpy(float) / tp)
     demand = classes["rate_rps"].to_numpy(float)[uses["w"].to_numpy()]
     # a prefill use appears once per key: its class's demand once per (w, pool) suffices
     first = ~uses.duplicated(["w", "pool"]).to_numpy()
@@ -434,12 +463,28 @@ def column_bounds(cand: Candidates, cols: Columns) -> tuple[np.ndarray, np.ndarr
     x_hi = np.minimum(fit, need)
     f_hi = classes["rate_rps"].to_numpy(float)[uses["w"].to_numpy()]
     lo = np.zeros(cols.size)
+    spare = np.zeros(0)
+    if len(cols.buy):
+        spare = (cand.devices["capacity"] - cand.devices["count"]).to_numpy(float)[cols.buy]
     hi = np.concatenate(
-        [x_hi, f_hi, np.full(len(cols.chain), INF), np.ones(int(cols.has_phi)), np.full(cols.n_churn, INF)]
+        [
+            x_hi,
+            f_hi,
+            np.full(len(cols.chain), INF),
+            np.ones(int(cols.has_phi)),
+            np.full(cols.n_churn, INF),
+            spare,
+        ]
     )
     integer = np.zeros(cols.size, dtype=bool)
     integer[: cols.n_pools] = True
+    integer[cols.buy_offset :] = True
     return lo, hi, integer
+
+
+def _capacity_column(devices: pd.DataFrame) -> str:
+    """ "capacity" (owned plus purchasable) where the device table has it, else "count"."""
+    return "capacity" if "capacity" in devices else "count"
 
 
 def objective_vectors(cand: Candidates, cols: Columns) -> dict[str, np.ndarray]:
@@ -456,7 +501,7 @@ def objective_vectors(cand: Candidates, cols: Columns) -> dict[str, np.ndarray]:
         phi[cols.phi] = 1.0
         vectors["phi"] = phi
     if cols.n_churn:
-        cost[cols.churn_offset :] = cand.churn.penalty  # type: ignore[union-attr]
+        cost[cols.churn_offset : cols.buy_offset] = cand.churn.penalty  # type: ignore[union-attr]
     return vectors
 
 
@@ -465,9 +510,8 @@ def build_matrix(cand: Candidates) -> tuple[MatrixForm, Columns]:
     objective = cand.request.options.objective
     churn_keys = pool_keys(cand) if cand.churn is not None else None
     n_churn = 0 if churn_keys is None else int(churn_keys.max(initial=-1)) + 1
-    cols = Columns(
-        len(cand.pools), len(cand.uses), chain_columns(cand), objective == "max_min_fraction", n_churn
-    )
+    has_phi = objective == "max_min_fraction"
+    cols = Columns(len(cand.pools), len(cand.uses), chain_columns(cand), has_phi, n_churn, purchasable(cand))
     blocks = [
         define_capacity(cand, cols),
         define_kv_flow(cand, cols),

@@ -411,3 +411,39 @@ def rounded_start(form: MatrixForm, cols: Columns, cand: Candidates, x_lp: np.nd
             free[device_of[index]] -= tp[index]
             spend += price[index]
     return x
+
+
+def optimize_from(request: PlanRequest, cand: Candidates, start: np.ndarray | None) -> Outcome:
+    """optimize() seeded with `start`, a neighbouring what-if point's plan on the same columns.
+
+    When `start` is feasible for this model it takes the place of steps 2-3 (the relaxations and the
+    sub-MIP): steps 4-6 run as in optimize(), and the Outcome has no LP bound. Otherwise (no start, other
+    columns, or a start this model's bounds cut off) it is exactly optimize().
+    """
+    if start is None:
+        return optimize(request, cand)
+    options = request.options
+    clock = _Clock.start(options)
+    model = build_model(cand, clock)
+    if len(start) != model.form.A.shape[1] or not is_feasible(model.form, start):
+        return optimize(request, cand)
+    stages = STAGES[options.objective]
+    solver = _Solver(get_backend(options.solver), clock)
+    solve_began = time.perf_counter()
+    primary = solve_primary(model, stages[0], start, solver)
+    final = tie_break(model, stages, primary, solver)
+    return assign_outcome(model, [], primary, final, solver, solve_began)
+
+
+def is_feasible(form: MatrixForm, v: np.ndarray, tol: float = 1e-6) -> bool:
+    """Whether `v` keeps every column bound, integrality and row of `form` (within `tol`, relative to
+    max(1, |bound|) for rows)."""
+    if np.any(v < form.col_lo - tol) or np.any(v > form.col_hi + tol):
+        return False
+    ints = v[form.integer]
+    if np.any(np.abs(ints - np.round(ints)) > tol):
+        return False
+    activity = form.A @ v
+    lo_ok = activity >= form.row_lo - tol * np.maximum(1.0, np.abs(np.nan_to_num(form.row_lo)))
+    hi_ok = activity <= form.row_hi + tol * np.maximum(1.0, np.abs(np.nan_to_num(form.row_hi)))
+    return bool(np.all(lo_ok) and np.all(hi_ok))

@@ -165,13 +165,16 @@ def _devices_used(plan: Plan) -> dict[str, int]:
 
 
 def _check_devices(request: PlanRequest, plan: Plan, used: dict[str, int]) -> list[str]:
-    """The pools fit the device counts, and plan.devices reports what they use."""
+    """The pools fit the device counts (owned plus purchasable), and plan.devices reports what they use
+    and what it buys."""
     problems: list[str] = []
     devices = {d.name: d for d in request.devices}
     for name, n in used.items():
-        if n > devices[name].count:
-            problems.append(f"devices: {name} uses {n} > {devices[name].count}")
+        if n > devices[name].capacity:
+            problems.append(f"devices: {name} uses {n} > {devices[name].capacity}")
     for use in plan.devices:
+        if use.bought != max(used.get(use.name, 0) - devices[use.name].count, 0):
+            problems.append(f"devices: {use.name} reports {use.bought} bought for {use.used} used")
         if use.used != used.get(use.name, 0) or use.available != devices[use.name].count:
             problems.append(
                 f"devices: {use.name} reported {use.used}/{use.available}, pools give {used.get(use.name, 0)}"

@@ -1,0 +1,203 @@
+"""How fast a what-if sweep runs: a budget sweep of a bundled request, serial vs local processes vs Dask.
+
+    .venv/bin/python -m bench.whatif_speed                         # paper, 100 points over 0..60 $/h
+    .venv/bin/python -m bench.whatif_speed --num 21 --modes serial processes
+    .venv/bin/python -m bench.whatif_speed --marginal --baselines  # the WhatIfRequest defaults
+
+Every mode runs the same WhatIfRequest in this one process run, so the ratios share the machine's load.
+The baseline is `serial` (every point in this process, with the sweep's exact plan reuse and warm starts);
+`naive` estimates what a loop of single `fleetplan.solver.plan()` calls would take (the mean of
+--naive-samples timed calls at random points, times the number of points). Every mode's points are
+checked against serial's (SLO RPS and cost within the MIP gap). The default executor is `processes`
+with one worker per CPU.
+
+Writes bench/results/whatif_speed-<UTC timestamp>.json and whatif_speed-latest.json.
+"""
+
+import argparse
+import datetime as dt
+import json
+import os
+import platform
+import random
+import subprocess
+import time
+from pathlib import Path
+
+import numpy as np
+
+from fleetplan import fixtures
+from fleetplan.models.codec import read_request
+from fleetplan.models.whatif import Axis, WhatIfRequest, WhatIfResult
+from fleetplan.solver.pipeline import plan
+from fleetplan.whatif import run_whatif
+from fleetplan.whatif.executors import DaskCluster, LocalProcesses, Serial
+from fleetplan.whatif.grid import variant
+
+ROOT = Path(__file__).resolve().parent.parent
+GOAL_S = 5.0  # the issue's goal for 100 points of paper.json over 0..60 $/h with the default executor
+
+
+def _git() -> dict:
+    def run(*args):
+        try:
+            return subprocess.run(
+                ["git", *args], cwd=ROOT, capture_output=True, text=True, check=False
+            ).stdout.strip()
+        except OSError:
+            return ""
+
+    return {"commit": run("rev-parse", "HEAD"), "dirty": run("status", "--porcelain").splitlines()}
+
+
+def _cpu_model() -> str:
+    try:
+        out = subprocess.run(["lscpu"], capture_output=True, text=True, check=False).stdout
+    except OSError:
+        return ""
+    return next((line.split(":", 1)[1].strip() for line in out.splitlines() if "Model name" in line), "")
+
+
+def _run(mode: str, request: WhatIfRequest, workers: int) -> tuple[WhatIfResult, float]:
+    began = time.perf_counter()
+    if mode == "serial":
+        result = run_whatif(request, Serial())
+    elif mode == "processes":
+        result = run_whatif(request, LocalProcesses(workers))
+    else:
+        import distributed
+
+        with (
+            distributed.LocalCluster(
+                n_workers=workers,
+                threads_per_worker=1,
+                processes=True,
+                host="127.0.0.1",
+                dashboard_address=None,
+            ) as cluster,
+            distributed.Client(cluster) as client,
+        ):
+            began = time.perf_counter()  # the cluster's start-up is not the sweep's
+            result = run_whatif(request, DaskCluster(client=client))
+    return result, time.perf_counter() - began
+
+
+def _agree(result: WhatIfResult, reference: WhatIfResult, gap: float) -> list[dict]:
+    """Points whose SLO RPS differs from the reference's by more than the larger of the two points'
+    reported MIP gaps (a solve cut short by its time limit reports its gap) and options.mip_rel_gap."""
+    bad = []
+    for p, q in zip(result.points, reference.points, strict=True):
+        allowed = max(gap, p.mip_gap or 0.0, q.mip_gap or 0.0)
+        if abs(p.slo_rps - q.slo_rps) > max(allowed * max(abs(q.slo_rps), 1.0), 1e-6):
+            bad.append(
+                {"coords": p.coords, "slo_rps": p.slo_rps, "reference": q.slo_rps, "status": p.status}
+                | {"mip_gap": p.mip_gap, "reference_gap": q.mip_gap}
+            )
+    return bad
+
+
+def _points(result: WhatIfResult) -> list[dict]:
+    return [
+        {"budget": p.coords["budget_per_hour"], "status": p.status, "slo_rps": p.slo_rps}
+        | {"cost": p.cost_per_hour, "mip_gap": p.mip_gap, "solve_ms": p.solve_ms, "reused": p.reused}
+        for p in result.points
+    ]
+
+
+def _naive(request: WhatIfRequest, samples: int, seed: int) -> list[float]:
+    coords = [{"budget_per_hour": v} for v in request.axes[0].grid()]
+    times = []
+    for c in random.Random(seed).sample(coords, min(samples, len(coords))):
+        began = time.perf_counter()
+        plan(variant(request.base, c), with_baselines=request.baselines)
+        times.append(time.perf_counter() - began)
+    return times
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--request", default="paper")
+    parser.add_argument("--num", type=int, default=100)
+    parser.add_argument("--stop", type=float, default=60.0)
+    parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--modes", nargs="+", default=["serial", "processes", "dask"])
+    parser.add_argument("--marginal", action="store_true", help="marginal RPS per device type per point")
+    parser.add_argument("--baselines", action="store_true", help="both baselines per point")
+    parser.add_argument("--naive-samples", type=int, default=3)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+
+    base = read_request(fixtures.request_path(args.request))
+    axis = Axis(param="budget_per_hour", start=0.0, stop=args.stop, num=args.num)
+    request = WhatIfRequest(base=base, axes=[axis], baselines=args.baselines, marginal=args.marginal)
+    runs, reference = [], None
+    for mode in args.modes:
+        result, wall = _run(mode, request, args.workers)
+        reference = reference or result
+        runs.append(
+            {
+                "mode": mode,
+                "workers": result.solver.workers,
+                "wall_s": wall,
+                "solves": result.solver.solves,
+                "reused": result.solver.reused,
+                "frontier": len(result.frontier),
+                "time_limited": sum(p.status == "feasible" for p in result.points),
+                "disagree_with_first": _agree(result, reference, base.options.mip_rel_gap),
+                "points": _points(result),
+            }
+        )
+        print(f"{mode}: {wall:.1f} s", flush=True)
+    naive = _naive(request, args.naive_samples, args.seed)
+    naive_s = float(np.mean(naive)) * args.num if naive else float("nan")
+    serial = next((r["wall_s"] for r in runs if r["mode"] == "serial"), runs[0]["wall_s"])
+    head = f"{'mode':<10} {'workers':>7} {'wall s':>8} {'vs serial':>9} {'solves':>7} {'reused':>7}"
+    lines = [f"{head} {'time-limited':>12} {'disagree':>8}"]
+    for r in runs:
+        lines.append(
+            f"{r['mode']:<10} {r['workers']:>7} {r['wall_s']:>8.2f} {serial / r['wall_s']:>8.2f}x "
+            f"{r['solves']:>7} {r['reused']:>7} {r['time_limited']:>12} {len(r['disagree_with_first']):>8}"
+        )
+    lines.append(
+        f"{'naive':<10} {1:>7} {naive_s:>8.1f} {serial / naive_s:>8.2f}x  (estimated: {len(naive)} plan() "
+        f"calls, mean {np.mean(naive):.2f} s, x {args.num} points)"
+    )
+    default = next((r for r in runs if r["mode"] == "processes"), None)
+    if default is not None:
+        verdict = "met" if default["wall_s"] <= GOAL_S else "NOT met"
+        lines.append(
+            f"goal: {args.num} points of {args.request} over 0..{args.stop:g} $/h in <= {GOAL_S:g} s "
+            f"with the default executor (processes, {default['workers']} workers): "
+            f"{default['wall_s']:.1f} s, {verdict}"
+        )
+    table = "\n".join(lines)
+    machine = {
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "cpus": os.cpu_count(),
+        "cpu_model": _cpu_model(),
+        "loadavg": os.getloadavg(),
+    }
+    print(f"machine: {machine['cpu_model']}, {machine['cpus']} CPUs, load {machine['loadavg']}")
+    print(table)
+    stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
+    out = {
+        "benchmark": "whatif_speed",
+        "timestamp": stamp,
+        "machine": machine,
+        "git": _git(),
+        "args": vars(args),
+        "runs": runs,
+        "naive_plan_s": naive,
+        "naive_estimate_s": naive_s,
+        "table": table,
+    }
+    results = ROOT / "bench" / "results"
+    results.mkdir(parents=True, exist_ok=True)
+    text = json.dumps(out, indent=2)
+    (results / f"whatif_speed-{stamp}.json").write_text(text)
+    (results / "whatif_speed-latest.json").write_text(text)
+
+
+if __name__ == "__main__":
+    main()

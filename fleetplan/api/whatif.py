@@ -1,0 +1,107 @@
+"""POST /whatif: a thin shell over fleetplan.whatif.run_whatif (the same function the CLI calls).
+
+The answer's form follows `Accept` and `?plot=`: JSON (the WhatIfResult), `text/csv` (one row per
+point), or with `?plot=frontier|devices|heatmap` the picture as `image/svg+xml` (default) or `image/png`.
+"""
+
+from functools import partial
+from typing import Annotated, Any
+
+import anyio
+import anyio.to_thread
+from litestar import Request, Response, post
+from litestar.datastructures import State
+from litestar.dto import AbstractDTO
+from litestar.enums import RequestEncodingType
+from litestar.openapi import ResponseSpec
+from litestar.params import Body, QueryParameter
+
+from fleetplan.api.app import _CodecDTO, _problems, solve_deadline_s
+from fleetplan.models.codec import convert, decode, encode
+from fleetplan.models.errors import InputError, SolverFailure
+from fleetplan.models.whatif import WhatIfRequest, WhatIfResult
+from fleetplan.profiler.store import ProfileStore
+
+CSV = "text/csv"
+PNG = "image/png"
+SVG = "image/svg+xml"
+
+
+class WhatIfBody(_CodecDTO, AbstractDTO[WhatIfRequest]):
+    """Decode a POST /whatif body with models.codec.decode (errors name the field: "axes[0].param")."""
+
+    def decode_bytes(self, value: bytes) -> WhatIfRequest:
+        return decode(value, WhatIfRequest)
+
+    def decode_builtins(self, value: dict[str, Any]) -> WhatIfRequest:
+        return convert(value, WhatIfRequest)
+
+
+def whatif_deadline_s(request: WhatIfRequest) -> float:
+    """A deadline for the whole sweep: POST /plan's per plan, for every plan the sweep may solve (each
+    point, and one more per device type for the marginal values)."""
+    per_point = 1 + (len(request.base.devices) if request.marginal else 0)
+    return solve_deadline_s(request.base) * request.size() * per_point
+
+
+def _form(accept: str, plot: str | None) -> str:
+    """The media type to answer: a picture when `plot` is given, else CSV or JSON by Accept."""
+    accept = accept.lower()
+    if plot is not None:
+        return PNG if PNG in accept and SVG not in accept else SVG
+    return CSV if CSV in accept else "application/json"
+
+
+@post(
+    "/whatif",
+    status_code=200,
+    dto=WhatIfBody,
+    return_dto=None,
+    summary="Sweep a request over one or two axes",
+    description=(
+        "Plan the base request at every grid point (budget_per_hour, demand_scale, slo_scale, count:D, "
+        "max_count:D, price:D): per point the plan's SLO RPS, cost, devices, binding limits, marginal RPS "
+        "of one more device per type and both baselines; the Pareto frontier in cost vs SLO RPS. "
+        "`Accept: text/csv` answers one row per point; `?plot=frontier|devices|heatmap` the picture "
+        "(`Accept: image/svg+xml` or `image/png`)."
+    ),
+    responses={
+        **_problems(400, 415, 422, 500, 503),
+        200: ResponseSpec(data_container=WhatIfResult, description="The sweep (JSON, CSV or a picture)."),
+    },
+    tags=["planning"],
+)
+async def post_whatif(
+    data: Annotated[WhatIfRequest, Body(media_type=RequestEncodingType.JSON)],
+    state: State,
+    request: Request,
+    plot: Annotated[
+        str | None, QueryParameter(description="frontier, devices or heatmap: answer that picture")
+    ] = None,
+) -> Response[bytes]:
+    from fleetplan.whatif import run_whatif, to_csv
+    from fleetplan.whatif.plots import PLOTS, render
+
+    if plot is not None and plot not in PLOTS:
+        raise InputError(f"unknown plot {plot!r}; one of {', '.join(PLOTS)}", field="plot")
+    if plot == "heatmap" and len(data.axes) != 2:
+        raise InputError("heatmap needs a sweep over two axes", field="plot")
+    form = _form(request.headers.get("accept", ""), plot)
+    store: ProfileStore = state.store
+    deadline = whatif_deadline_s(data)
+    with anyio.move_on_after(deadline) as scope:
+        result = await anyio.to_thread.run_sync(
+            partial(run_whatif, data, store=store), abandon_on_cancel=True, limiter=state.solve_limiter
+        )
+    if scope.cancelled_caught:
+        msg = f"no answer within {deadline:g} s; sweep fewer points or lower time_limit_s"
+        raise SolverFailure(msg, field="base.options.time_limit_s")
+    if plot is not None:
+        body = await anyio.to_thread.run_sync(render, result, plot, "png" if form == PNG else "svg")
+        return Response(content=body, media_type=form)
+    if form == CSV:
+        return Response(content=to_csv(result).encode(), media_type=CSV)
+    return Response(content=encode(result), media_type="application/json")
+
+
+__all__ = ["post_whatif"]

@@ -1,0 +1,127 @@
+"""Where the points run, behind one interface: in this process, in local worker processes, or on a Dask
+cluster. Each runs `fn(ctx, chunk)` for every chunk of point indices and reports finished points.
+"""
+
+import os
+from collections.abc import Callable
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from fleetplan.models.errors import InputError
+
+Task = Callable[..., Any]  # fn(ctx, chunk[, done]): done(1) after each point, where given
+Progress = Callable[[int], None]
+
+
+class Executor(Protocol):
+    """Runs every chunk; calls `done(n)` as each chunk of n points finishes; results in chunk order."""
+
+    name: str
+    workers: int
+
+    def run(self, fn: Task, ctx: Any, chunks: list[list[int]], done: Progress) -> list[Any]: ...
+
+
+@dataclass
+class Serial:
+    """Every chunk in this process, one after the other, reporting every point as it finishes."""
+
+    name: str = "serial"
+    workers: int = 1
+
+    def run(self, fn: Task, ctx: Any, chunks: list[list[int]], done: Progress) -> list[Any]:
+        return [fn(ctx, chunk, done) for chunk in chunks]
+
+
+_CONTEXT: dict[str, Any] = {}
+
+
+def _remember(ctx: Any) -> None:
+    _CONTEXT["ctx"] = ctx
+
+
+def _run_remembered(fn: Task, chunk: list[int]) -> Any:
+    return fn(_CONTEXT["ctx"], chunk)
+
+
+@dataclass
+class LocalProcesses:
+    """A pool of `workers` processes; the sweep context goes to each worker once, at its start."""
+
+    workers: int
+    name: str = "processes"
+
+    def run(self, fn: Task, ctx: Any, chunks: list[list[int]], done: Progress) -> list[Any]:
+        with ProcessPoolExecutor(self.workers, initializer=_remember, initargs=(ctx,)) as pool:
+            futures = {pool.submit(_run_remembered, fn, chunk): i for i, chunk in enumerate(chunks)}
+            results: list[Any] = [None] * len(chunks)
+            pending = set(futures)
+            while pending:
+                finished, pending = wait(pending, return_when=FIRST_COMPLETED)
+                for future in finished:
+                    index = futures[future]
+                    results[index] = future.result()
+                    done(len(chunks[index]))
+        return results
+
+
+@dataclass
+class DaskCluster:
+    """Chunks as tasks on a Dask cluster (`distributed.Client`): the context is scattered to every worker
+    once. Give a running `client`, or the scheduler `address` (tcp://HOST:PORT) to connect to."""
+
+    address: str | None = None
+    client: Any = None
+    name: str = "dask"
+    workers: int = 0
+
+    def run(self, fn: Task, ctx: Any, chunks: list[list[int]], done: Progress) -> list[Any]:
+        distributed = _distributed()
+        client = self.client or distributed.Client(self.address, timeout="10s")
+        try:
+            self.workers = sum(client.nthreads().values())
+            shared = client.scatter(ctx, broadcast=True)
+            futures = client.map(fn, [shared] * len(chunks), chunks, pure=False)
+            order = {future.key: i for i, future in enumerate(futures)}
+            results: list[Any] = [None] * len(chunks)
+            for future in distributed.as_completed(futures):
+                index = order[future.key]
+                results[index] = future.result()
+                done(len(chunks[index]))
+            return results
+        finally:
+            if self.client is None:
+                client.close()
+
+
+def _distributed() -> Any:
+    try:
+        import distributed
+    except ImportError as error:
+        msg = "a Dask scheduler needs dask.distributed: pip install 'fleetplan[dask]'"
+        raise InputError(msg, field="scheduler") from error
+    return distributed
+
+
+def default_workers() -> int:
+    return max(1, os.cpu_count() or 1)
+
+
+def make_executor(workers: int | None = None, scheduler: str | None = None) -> Executor:
+    """Dask at `scheduler`, else local processes (`workers`, default the CPU count; 1 runs in-process)."""
+    if scheduler is not None:
+        if workers is not None:
+            raise InputError("give either workers or a scheduler, not both", field="workers")
+        return DaskCluster(address=scheduler)
+    n = default_workers() if workers is None else workers
+    if n < 1:
+        raise InputError(f"must be >= 1, got {n}", field="workers")
+    return Serial() if n == 1 else LocalProcesses(n)
+
+
+def chunks_of(indices: list[int], tasks: int) -> list[list[int]]:
+    """`tasks` chunks dealt round-robin: each chunk spans the whole axis (its highest budget is solved
+    first and then reused below its cost), and the chunks take about equally long."""
+    tasks = max(1, min(tasks, len(indices)))
+    return [indices[i::tasks] for i in range(tasks)]

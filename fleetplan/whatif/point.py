@@ -1,0 +1,312 @@
+"""One grid point: its request, its plan (warm-started, or provably another budget's plan), its summary.
+
+A PointSolver runs the points one executor task owns, in rising budget order, and keeps every plan it
+solved. Two exact shortcuts make a budget sweep cheap, neither of which changes any answer:
+
+- a plan solved under budget B that costs C is also the plan under every budget in [C, B]: it is feasible
+  there, and no plan there can beat it, since every such plan was feasible under B too (reuse; the
+  highest budget is solved before the tasks start, service.seed_top_budget, so this covers every budget
+  above the unconstrained plan's cost);
+- a plan is a feasible start for the next point when the point's bounds keep it (warm start), which
+  replaces the relaxations and the sub-MIP of optimize() (solver.optimize.optimize_from). Rising budgets
+  make the previous point's plan such a start, so even a solve cut short by its time limit never serves
+  less than a lower budget of its task did.
+"""
+
+import dataclasses
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import msgspec
+import numpy as np
+
+from fleetplan.models.codec import encode
+from fleetplan.models.errors import SolverFailure
+from fleetplan.models.plan import PlanRequest
+from fleetplan.models.whatif import BaselinePoint, Point, PointBaselines, WhatIfRequest
+from fleetplan.profiler.tables import ProfileTable
+from fleetplan.solver import baselines, extract
+from fleetplan.solver.backends import Termination, relative_gap
+from fleetplan.solver.candidates import Candidates, build_candidates, check_profiles_cover, device_table
+from fleetplan.solver.formulation import pool_cost
+from fleetplan.solver.optimize import optimize, optimize_from
+from fleetplan.whatif.grid import one_more, shares_candidates, variant, widened
+
+_STATUS = {
+    Termination.OPTIMAL: "optimal",
+    Termination.FEASIBLE: "feasible",
+    Termination.INFEASIBLE: "infeasible",
+}
+# a limit is binding when what is left of it is below this share of it (rows in RPS or Gbit/s)
+BINDING_TOL = 1e-6
+# a class is served in full when its served RPS is within this share of its demand
+SERVED_TOL = 1e-6
+
+
+@dataclass(frozen=True)
+class SweepContext:
+    """What every task of one sweep shares: the request, the grid, the profiles and (for axes that keep
+    the candidates) the one candidate set built from the widened base request."""
+
+    request: WhatIfRequest
+    coords: list[dict[str, float]]
+    table: ProfileTable
+    shared: Candidates | None
+    seed: dict = field(default_factory=dict)  # plans solved before the tasks start (PointSolver.plans)
+
+
+@dataclass(frozen=True)
+class Solved:
+    """One solved request, summarized."""
+
+    status: str
+    slo_rps: float
+    demand_rps: float
+    cost: float
+    mip_gap: float | None
+    used: dict[str, int]
+    bought: dict[str, int]
+    binding: list[str]
+    values: np.ndarray | None
+    ms: float
+    reused: bool = False
+
+
+def make_context(request: WhatIfRequest, coords: list[dict[str, float]], table: ProfileTable) -> SweepContext:
+    """The context; candidates are built here once when no axis changes them."""
+    shared = None
+    if shares_candidates(request.axes):
+        base = widened(request.base, request.axes, request.marginal)
+        check_profiles_cover(base, table)
+        shared = build_candidates(base, table)
+    return SweepContext(request, coords, table, shared)
+
+
+@dataclass
+class PointSolver:
+    """Solves the points of one task; keeps its plans for reuse and warm starts."""
+
+    ctx: SweepContext
+    plans: dict[bytes, list[tuple[float, Solved]]] = field(default_factory=dict)
+    solves: int = 0
+    reused: int = 0
+    built: int = 0
+
+    def __post_init__(self) -> None:
+        for key, entries in self.ctx.seed.items():
+            self.plans.setdefault(key, []).extend(entries)
+
+    def point(self, index: int) -> Point:
+        coords = self.ctx.coords[index]
+        request = variant(self.ctx.request.base, coords)
+        cand = self.candidates_for(request)
+        solved = self.solve(request, cand, None)
+        marginal = self.marginal(request, cand, solved) if self.ctx.request.marginal else {}
+        return Point(
+            coords=coords,
+            status=solved.status,  # type: ignore[arg-type]
+            slo_rps=solved.slo_rps,
+            demand_rps=solved.demand_rps,
+            cost_per_hour=solved.cost,
+            mip_gap=solved.mip_gap,
+            devices=solved.used,
+            bought=solved.bought,
+            binding=solved.binding + budget_binding(request, cand, solved.cost),
+            marginal_rps=marginal,
+            baselines=point_baselines(cand) if self.ctx.request.baselines else None,
+            solve_ms=round(solved.ms, 3),
+            reused=solved.reused,
+        )
+
+    def candidates_for(self, request: PlanRequest) -> Candidates:
+        """The shared candidates with this request's devices and options, or candidates built for it
+        (from the request with room for one more device per type, for the marginal values)."""
+        cand = self.ctx.shared
+        if cand is None:
+            room = widened(request, [], self.ctx.request.marginal)
+            check_profiles_cover(room, self.ctx.table)
+            cand = build_candidates(room, self.ctx.table)
+            self.built += 1
+        return dataclasses.replace(cand, request=request, devices=device_table(request))
+
+    def solve(self, request: PlanRequest, cand: Candidates, start: np.ndarray | None) -> Solved:
+        """The plan of `request`: another budget's plan where provably the same, else a solve seeded
+        with `start` or with the latest plan on these columns."""
+        key, budget = _budget_key(request)
+        for solved_budget, solved in self.plans.get(key, []):
+            if solved.cost <= budget + 1e-9 and budget <= solved_budget:
+                self.reused += 1
+                return dataclasses.replace(solved, reused=True, ms=0.0)
+        if start is None:
+            start = self._best_start(request, budget)
+        began = time.perf_counter()
+        solved = solve_request(request, cand, start)
+        solved = dataclasses.replace(solved, ms=(time.perf_counter() - began) * 1e3)
+        self.solves += 1
+        self.plans.setdefault(key, []).append((budget, solved))
+        return solved
+
+    def marginal(self, request: PlanRequest, cand: Candidates, solved: Solved) -> dict[str, float]:
+        """SLO RPS one more device of each type adds (same budget): 0 without a pool on the type or when
+        all demand is served, else the difference of two plans (0 when within the MIP gap: solver noise)."""
+        out: dict[str, float] = {}
+        served_all = solved.slo_rps >= solved.demand_rps * (1 - SERVED_TOL)
+        on = set(cand.pools["device"])
+        for device in request.devices:
+            if served_all or device.name not in on or solved.status == "no_candidates":
+                out[device.name] = 0.0
+                continue
+            more = one_more(request, device.name)
+            more_cand = dataclasses.replace(cand, request=more, devices=device_table(more))
+            extra = self.solve(more, more_cand, None)
+            gain = extra.slo_rps - solved.slo_rps
+            noise = max(request.options.mip_rel_gap * max(extra.slo_rps, 1.0), 1e-6)
+            out[device.name] = round(gain, 9) if gain > noise else 0.0
+        return out
+
+    def _best_start(self, request: PlanRequest, budget: float) -> np.ndarray | None:
+        """The kept plan with the most SLO RPS that fits this request's devices and budget (at its
+        prices): the likeliest feasible start (optimize_from checks every row before using it)."""
+        price = {d.name: d.cost_per_hour for d in request.devices}
+        capacity = {d.name: d.capacity for d in request.devices}
+        best, best_rps = None, -1.0
+        for entries in self.plans.values():
+            for _, solved in entries:
+                if solved.values is None or solved.slo_rps <= best_rps:
+                    continue
+                cost = sum(price[name] * n for name, n in solved.used.items())
+                if cost <= budget + 1e-9 and all(n <= capacity[name] for name, n in solved.used.items()):
+                    best, best_rps = solved.values, solved.slo_rps
+        return best
+
+
+def _budget_key(request: PlanRequest) -> tuple[bytes, float]:
+    """The request without its budget (plans are reusable only between requests equal but for it), and
+    the budget (inf when there is none)."""
+    options = request.options
+    budget = np.inf if options.budget_per_hour is None else float(options.budget_per_hour)
+    rest = msgspec.structs.replace(request, options=msgspec.structs.replace(options, budget_per_hour=None))
+    return encode(rest), budget
+
+
+def solve_request(request: PlanRequest, cand: Candidates, start: np.ndarray | None) -> Solved:
+    """Solve like solver.plan (the same optimize steps, the min_cost fallback, the same numbers), but
+    return only the summary a point needs."""
+    demand = float(cand.classes["rate_rps"].sum())
+    if cand.uses.empty:
+        return Solved("no_candidates", 0.0, demand, 0.0, 0.0, _zeros(request), _zeros(request), [], None, 0.0)
+    outcome = optimize_from(request, cand, start)
+    status = _STATUS.get(outcome.termination)
+    if outcome.termination is Termination.INFEASIBLE and request.options.objective == "min_cost":
+        options = msgspec.structs.replace(request.options, objective="max_goodput")
+        as_goodput = msgspec.structs.replace(request, options=options)
+        outcome = optimize(as_goodput, dataclasses.replace(cand, request=as_goodput))
+        status = "infeasible"
+    if outcome.values is None or status is None:
+        msg = (
+            f"solver {request.options.solver} found no plan ({outcome.termination}) within "
+            f"time_limit_s={request.options.time_limit_s} at a what-if point; raise the time limit"
+        )
+        raise SolverFailure(msg, field="base.options.time_limit_s")
+    sol = extract.solution_from(cand, outcome.columns, outcome.values)
+    devices = extract.devices_out(cand, sol)
+    price = {d.name: d.cost_per_hour for d in request.devices}
+    cost = float(sum(price[d.name] * d.used for d in devices))
+    served = float(sol.flow[(cand.uses["role"] != "decode").to_numpy()].sum())
+    value, bound = outcome.primary_value, outcome.primary_bound
+    gap = None if value is None or bound is None else relative_gap(value, bound)
+    return Solved(
+        status=status,
+        slo_rps=round(served, 9),
+        demand_rps=demand,
+        cost=round(cost, 9),
+        mip_gap=gap,
+        used={d.name: d.used for d in devices},
+        bought={d.name: d.bought for d in devices},
+        binding=binding_constraints(request, cand, sol, cost, served),
+        values=outcome.values,
+        ms=0.0,
+    )
+
+
+def _zeros(request: PlanRequest) -> dict[str, int]:
+    return {d.name: 0 for d in request.devices}
+
+
+def binding_constraints(
+    request: PlanRequest, cand: Candidates, sol: extract.Solution, cost: float, served: float
+) -> list[str]:
+    """The limits a plan has no slack left on, integer-aware: a device type without room for one more
+    instance of its smallest pool, a KV link (or the fleet-wide KV budget) at its planned headroom, and
+    all demand served (the budget: budget_binding)."""
+    binding = []
+    pools = cand.pools
+    tp = pools["tp"].to_numpy()
+    used = np.bincount(
+        pools["device"].map({d.name: i for i, d in enumerate(request.devices)}).to_numpy(),
+        weights=sol.instances * tp,
+        minlength=len(request.devices),
+    )
+    for i, device in enumerate(request.devices):
+        mine = (pools["device"] == device.name).to_numpy()
+        if mine.any() and device.capacity - used[i] < tp[mine].min():
+            binding.append(f"devices:{device.name}")
+    binding += _link_binding(request, cand, sol)
+    demand = float(cand.classes["rate_rps"].sum())
+    if demand > 0 and served >= demand * (1 - SERVED_TOL):
+        binding.append("demand")
+    return binding
+
+
+def budget_binding(request: PlanRequest, cand: Candidates, cost: float) -> list[str]:
+    """["budget"] when what is left of budget_per_hour buys no instance of any pool (a reused plan keeps
+    its limits but not its budget, so this is checked per point)."""
+    budget = request.options.budget_per_hour
+    price = pool_cost(cand)
+    if budget is not None and price.any() and budget - cost < price[price > 0].min() - 1e-9:
+        return ["budget"]
+    return []
+
+
+def _link_binding(request: PlanRequest, cand: Candidates, sol: extract.Solution) -> list[str]:
+    uses = cand.uses
+    prefill = (uses["role"] == "prefill").to_numpy()
+    traffic = sol.flow * uses["kv_gbit"].to_numpy() * prefill
+    source, target = uses["device"].to_numpy(), uses["key"].to_numpy()
+    out = []
+    for link in request.links:
+        cap = cand.link_rho[(link.source, link.target)] * link.gbps
+        sent = traffic[(source == link.source) & (target == link.target)].sum()
+        if cap <= 0 or sent >= cap * (1 - BINDING_TOL):
+            out.append(f"link:{link.source}->{link.target}")
+    if request.kv_budget_gbps is not None:
+        cap = cand.link_rho[None] * request.kv_budget_gbps
+        if cap <= 0 or traffic[source != target].sum() >= cap * (1 - BINDING_TOL):
+            out.append("kv_budget")
+    return out
+
+
+def point_baselines(cand: Candidates) -> PointBaselines:
+    """Both baselines of solver.plan at this point (the same functions), with what they spend."""
+    gpu, gpu_usage = baselines.gpu_only_run(cand, cand.request.options.time_limit_s)
+    greedy, greedy_usage = baselines.greedy_run(cand)
+    return PointBaselines(
+        gpu_only=BaselinePoint(slo_rps=gpu.slo_rps, cost_per_hour=round(gpu_usage.cost_per_hour, 9)),
+        greedy=BaselinePoint(slo_rps=greedy.slo_rps, cost_per_hour=round(greedy_usage.cost_per_hour, 9)),
+    )
+
+
+def solve_chunk(
+    ctx: SweepContext, indices: list[int], done: Callable[[int], None] | None = None
+) -> tuple[list[tuple[int, Point]], dict[str, int]]:
+    """One executor task: its points in rising budget order (each plan a feasible start for the next),
+    and counts of candidate builds, solves and reuses; `done(1)` after each point when given."""
+    solver = PointSolver(ctx)
+    order = sorted(indices, key=lambda i: ctx.coords[i].get("budget_per_hour", 0.0))
+    out = []
+    for i in order:
+        out.append((i, solver.point(i)))
+        if done is not None:
+            done(1)
+    return out, {"built": solver.built, "solves": solver.solves, "reused": solver.reused}

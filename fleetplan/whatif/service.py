@@ -1,0 +1,132 @@
+"""run_whatif(request) -> WhatIfResult: the one service function the API and the CLI call, and the CSV."""
+
+import csv
+import dataclasses
+import io
+import time
+from collections.abc import Callable
+
+from fleetplan.models.whatif import Point, WhatIfRequest, WhatIfResult, WhatIfSolver
+from fleetplan.profiler.store import ProfileStore
+from fleetplan.solver.pipeline import resolve_profiles
+from fleetplan.whatif.executors import Executor, Serial, chunks_of
+from fleetplan.whatif.frontier import frontier
+from fleetplan.whatif.grid import grid
+from fleetplan.whatif.point import PointSolver, SweepContext, make_context, solve_chunk
+
+# chunks per worker: more balance the load, fewer keep more plans together for reuse and warm starts
+CHUNKS_PER_WORKER = 2
+
+
+def run_whatif(
+    request: WhatIfRequest,
+    executor: Executor | None = None,
+    *,
+    store: ProfileStore | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> WhatIfResult:
+    """Plan every grid point of `request` on `executor` (default: in this process).
+
+    `progress(done, total)` is called as points finish. Raises the planner's errors (InputError,
+    ProfileMissing, SolverFailure) like solver.plan.
+    """
+    began = time.perf_counter()
+    executor = executor or Serial()
+    coords = grid(request)
+    table = resolve_profiles(request.base, store)
+    ctx = make_context(request, coords, table)
+    finished = [0]
+
+    def done(n: int) -> None:
+        finished[0] += n
+        if progress is not None:
+            progress(finished[0], len(coords))
+
+    if progress is not None:
+        progress(0, len(coords))
+    ctx, seeded = seed_top_budget(ctx)
+    tasks = max(1, executor.workers) * CHUNKS_PER_WORKER if executor.name != "serial" else 1
+    results = executor.run(solve_chunk, ctx, chunks_of(list(range(len(coords))), tasks), done)
+    points: list[Point | None] = [None] * len(coords)
+    counts = {"built": int(ctx.shared is not None) + seeded.built, "solves": seeded.solves, "reused": 0}
+    for pairs, stats in results:
+        for index, point in pairs:
+            points[index] = point
+        for key in ("built", "solves", "reused"):
+            counts[key] += stats[key]
+    final = [p for p in points if p is not None]
+    return WhatIfResult(
+        axes=[axis.param for axis in request.axes],
+        points=final,
+        frontier=frontier(final),
+        solver=WhatIfSolver(
+            backend=request.base.options.solver,
+            executor=executor.name,  # type: ignore[arg-type]
+            workers=executor.workers,
+            candidates_built=counts["built"],
+            solves=counts["solves"],
+            reused=counts["reused"],
+        ),
+        wall_ms=round((time.perf_counter() - began) * 1e3, 3),
+    )
+
+
+def seed_top_budget(ctx: SweepContext) -> tuple[SweepContext, PointSolver]:
+    """Solve the highest-budget point once, here, and hand its plans (and its marginal plans) to every
+    task: each task would otherwise solve that most expensive point itself before reusing it below."""
+    seeder = PointSolver(ctx)
+    budgets = [c.get("budget_per_hour") for c in ctx.coords]
+    if ctx.shared is None or budgets[0] is None or len(ctx.coords) < 2:
+        return ctx, seeder
+    top = max(range(len(budgets)), key=lambda i: budgets[i])  # type: ignore[arg-type, return-value]
+    seeder.point(top)
+    return dataclasses.replace(ctx, seed=seeder.plans), seeder
+
+
+def to_csv(result: WhatIfResult) -> str:
+    """One row per point: the coordinates, the plan, devices, bought and marginal RPS per type, both
+    baselines, the binding limits (";"-separated) and whether the point is on the frontier."""
+    names = list(result.points[0].devices) if result.points else []
+    header = [
+        *result.axes,
+        "status",
+        "slo_rps",
+        "demand_rps",
+        "cost_per_hour",
+        "mip_gap",
+        *(f"devices:{n}" for n in names),
+        *(f"bought:{n}" for n in names),
+        *(f"marginal_rps:{n}" for n in names),
+        "gpu_only_rps",
+        "gpu_only_cost_per_hour",
+        "greedy_rps",
+        "greedy_cost_per_hour",
+        "binding",
+        "frontier",
+    ]
+    on_frontier = set(result.frontier)
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(header)
+    for index, p in enumerate(result.points):
+        base = p.baselines
+        writer.writerow(
+            [
+                *(p.coords[a] for a in result.axes),
+                p.status,
+                p.slo_rps,
+                p.demand_rps,
+                p.cost_per_hour,
+                "" if p.mip_gap is None else p.mip_gap,
+                *(p.devices.get(n, 0) for n in names),
+                *(p.bought.get(n, 0) for n in names),
+                *(p.marginal_rps.get(n, "") for n in names),
+                "" if base is None else base.gpu_only.slo_rps,
+                "" if base is None else base.gpu_only.cost_per_hour,
+                "" if base is None else base.greedy.slo_rps,
+                "" if base is None else base.greedy.cost_per_hour,
+                ";".join(p.binding),
+                int(index in on_frontier),
+            ]
+        )
+    return out.getvalue()

@@ -1,0 +1,373 @@
+"""What-if sweeps and purchasable devices on tiny inline-profile requests, checked by hand and against
+single plans (fleetplan.solver.plan, the function behind POST /plan)."""
+
+import json
+import random
+import xml.etree.ElementTree as ET
+
+import msgspec
+import pytest
+from click.testing import CliRunner
+from litestar.testing import TestClient
+
+from fleetplan.api.app import create_app
+from fleetplan.api.cli import main
+from fleetplan.models.codec import encode, to_builtins
+from fleetplan.models.plan import PlanRequest
+from fleetplan.models.whatif import Axis, WhatIfRequest
+from fleetplan.solver import plan
+from fleetplan.whatif import run_whatif, to_csv
+from fleetplan.whatif.executors import DaskCluster, LocalProcesses
+from fleetplan.whatif.frontier import frontier
+from fleetplan.whatif.grid import variant
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def flat_rows(latency_ms: dict[str, float]) -> list[dict]:
+    """One batch-1 row per device at prompts 64 and 256 with TTFT = TBT = latency_ms at every percentile."""
+    rows = []
+    for device, ms in latency_ms.items():
+        for prompt in (64, 256):
+            row = {"model": "llama-3.2-1b", "device": device, "tp": 1, "batch": 1, "prompt_tokens": prompt}
+            for q in (50, 90, 99):
+                row[f"ttft_ms_p{q}"] = ms
+                row[f"tbt_ms_p{q}"] = ms
+            rows.append(row)
+    return rows
+
+
+def two_types(small: dict | None = None, big: dict | None = None, budget: float | None = None) -> PlanRequest:
+    """One class of 40 RPS, 2 output tokens, colocated only, flat headroom 0.8.
+
+    Colocated rate per instance: rC = b / (TTFT + (o - 1) TBT) = 1 / (2 * latency): small (100 ms) 5 RPS,
+    big (50 ms) 10 RPS; admissible at 0.8: small 4 RPS for 1 $/h, big 8 RPS for 3 $/h.
+    """
+    body = {
+        "devices": [
+            {"name": "small", "count": 2, "cost_per_hour": 1.0, **(small or {})},
+            {"name": "big", "count": 0, "cost_per_hour": 3.0, **(big or {})},
+        ],
+        "workloads": [
+            {
+                "name": "w",
+                "model": "llama-3.2-1b",
+                "prompt_tokens": 128,
+                "output_tokens": 2,
+                "rate_rps": 40,
+                "slo": {"ttft_ms": 1000, "tbt_ms": 1000},
+            }
+        ],
+        "profiles": {"rows": flat_rows({"small": 100.0, "big": 50.0})},
+        "options": {
+            "capacity_model": "flat",
+            "max_utilization": 0.8,
+            "allow_disaggregated": False,
+            "mip_rel_gap": 1e-9,
+            "budget_per_hour": budget,
+        },
+    }
+    return msgspec.convert(body, PlanRequest)
+
+
+def whatif(base: PlanRequest, *axes: dict, **flags) -> WhatIfRequest:
+    return WhatIfRequest(base=base, axes=[msgspec.convert(a, Axis) for a in axes], **flags)
+
+
+# --- purchasable devices and marginal values, by hand ----------------------------------------------------
+
+
+def test_purchasable_devices_buy_the_hand_computed_mix():
+    """Budget 7.5 $/h, small 2 owned (up to 4), big 0 owned (up to 3): s + 3g <= 7.5 with s <= 4 maximizes
+    4s + 8g at s = 4, g = 1 (24 RPS, 7 $/h; s = 2, g = 2 would cost 8): buy 2 small and 1 big."""
+    request = two_types(small={"max_count": 4}, big={"max_count": 3}, budget=7.5)
+    result = plan(request)  # verified inside plan()
+    assert result.slo_rps == pytest.approx(24.0, rel=1e-6)
+    assert result.cost_per_hour == pytest.approx(7.0)
+    devices = {d.name: (d.used, d.available, d.bought) for d in result.devices}
+    assert devices == {"small": (4, 2, 2), "big": (1, 0, 1)}
+    # without max_count the fleet is the 2 owned small devices: 2 * 4 RPS
+    assert plan(two_types(budget=7.5)).slo_rps == pytest.approx(8.0, rel=1e-6)
+
+
+def test_max_count_below_count_is_refused_naming_the_field():
+    with pytest.raises(msgspec.ValidationError, match="max_count"):
+        two_types(small={"max_count": 1})
+
+
+def test_marginal_value_of_one_more_device_by_hand():
+    """2 small + 1 big serve 4 + 4 + 8 = 16 of 40 RPS: one more small adds 4 RPS, one more big 8. Under
+    a 5 $/h budget (what they cost) one more device of either type adds nothing, and the budget binds."""
+    base = two_types(big={"count": 1})
+    result = run_whatif(whatif(base, {"param": "budget_per_hour", "values": [5.0]}, baselines=False))
+    free = run_whatif(whatif(base, {"param": "demand_scale", "values": [1.0]}, baselines=False))
+    (point,) = free.points
+    assert point.slo_rps == pytest.approx(16.0, rel=1e-6)
+    assert point.marginal_rps == pytest.approx({"small": 4.0, "big": 8.0}, rel=1e-6)
+    assert set(point.binding) == {"devices:small", "devices:big"}
+    (capped,) = result.points
+    assert capped.slo_rps == pytest.approx(16.0, rel=1e-6)
+    assert capped.marginal_rps == {"small": 0.0, "big": 0.0}
+    assert "budget" in capped.binding
+
+
+# --- sweeps against single plans -----------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def budget_sweep():
+    base = two_types(small={"max_count": 4}, big={"max_count": 3})
+    request = whatif(base, {"param": "budget_per_hour", "start": 0, "stop": 14, "num": 15})
+    return request, run_whatif(request)
+
+
+def test_more_budget_never_less_slo_rps(budget_sweep):
+    request, result = budget_sweep
+    gap = request.base.options.mip_rel_gap
+    rps = [p.slo_rps for p in result.points]
+    budgets = [p.coords["budget_per_hour"] for p in result.points]
+    assert budgets == sorted(budgets)
+    for low, high in zip(rps, rps[1:], strict=False):
+        assert high >= low * (1 - gap) - 1e-9
+    # hand values: 4 RPS per $ on small up to 4 devices, then 8 RPS per 3 $ on big
+    assert rps[4] == pytest.approx(16.0, rel=1e-6)
+    assert rps[7] == pytest.approx(24.0, rel=1e-6)
+    assert result.solver.reused > 0  # points above the cheapest full plan reuse it
+
+
+def test_three_random_points_equal_single_plans(budget_sweep):
+    request, result = budget_sweep
+    gap = max(request.base.options.mip_rel_gap, 1e-6)
+    for index in random.Random(11).sample(range(len(result.points)), 3):
+        point = result.points[index]
+        single = plan(variant(request.base, point.coords))
+        assert point.status == single.status
+        assert point.slo_rps == pytest.approx(single.slo_rps, rel=gap, abs=1e-6)
+        assert point.cost_per_hour == pytest.approx(single.cost_per_hour, rel=gap, abs=1e-6)
+        assert point.devices == {d.name: d.used for d in single.devices}
+        assert point.bought == {d.name: d.bought for d in single.devices}
+        assert point.baselines is not None
+        assert single.baselines is not None
+        assert point.baselines.greedy.slo_rps == pytest.approx(single.baselines.greedy.slo_rps, abs=1e-6)
+        assert point.baselines.gpu_only.slo_rps == pytest.approx(single.baselines.gpu_only.slo_rps, abs=1e-6)
+
+
+def test_count_and_price_grid_points_equal_single_plans():
+    """Shared candidates with per-point device rows and prices: each point as its own plan."""
+    base = two_types(big={"count": 1}, budget=6.0)
+    request = whatif(
+        base,
+        {"param": "count:small", "values": [0, 1, 3]},
+        {"param": "price:big", "values": [1.0, 5.0]},
+        marginal=False,
+        baselines=False,
+    )
+    result = run_whatif(request)
+    assert [p.coords for p in result.points][:2] == [
+        {"count:small": 0.0, "price:big": 1.0},
+        {"count:small": 0.0, "price:big": 5.0},
+    ]
+    for point in result.points:
+        single = plan(variant(base, point.coords))
+        assert point.slo_rps == pytest.approx(single.slo_rps, abs=1e-6)
+        assert point.cost_per_hour == pytest.approx(single.cost_per_hour, abs=1e-6)
+    # big at 5 $/h does not fit a 6 $/h budget beside 1 small... 1 big (5) + 1 small (1) = 6: 8 + 4 RPS
+    assert result.points[3].slo_rps == pytest.approx(12.0, rel=1e-6)
+
+
+def test_more_demand_never_more_unserved_capacity():
+    """demand_scale rebuilds candidates per point: served RPS never falls as demand grows, and the unused
+    capacity (what the plan could still serve) never grows."""
+    base = two_types(big={"count": 1})
+    result = run_whatif(
+        whatif(base, {"param": "demand_scale", "values": [0.1, 0.25, 0.5, 1.0]}, baselines=False)
+    )
+    assert result.solver.candidates_built == 4
+    served = [p.slo_rps for p in result.points]
+    capacity = 2 * 4 + 8  # every device busy: 16 RPS
+    spare = [capacity - s for s in served]
+    assert served == pytest.approx([4.0, 10.0, 16.0, 16.0], rel=1e-6)
+    assert all(b <= a + 1e-9 for a, b in zip(spare, spare[1:], strict=False))
+
+
+def test_frontier_is_the_non_dominated_points(budget_sweep):
+    _, result = budget_sweep
+    on = set(result.frontier)
+    pts = result.points
+    for i, p in enumerate(pts):
+        beaten = any(
+            q.cost_per_hour <= p.cost_per_hour
+            and q.slo_rps >= p.slo_rps
+            and (q.cost_per_hour < p.cost_per_hour - 1e-6 or q.slo_rps > p.slo_rps + 1e-6)
+            for q in pts
+        )
+        assert (i in on) == (not beaten)
+    made = msgspec.structs.replace(pts[3], cost_per_hour=pts[-1].cost_per_hour + 1, slo_rps=0.5)
+    assert 0 not in frontier([made, pts[3]])
+
+
+# --- executors -----------------------------------------------------------------------------------------
+
+
+def _summary(result):
+    return [(p.coords, round(p.slo_rps, 6), round(p.cost_per_hour, 6), p.devices) for p in result.points]
+
+
+def test_local_processes_and_dask_give_the_serial_answer():
+    distributed = pytest.importorskip("distributed")
+    base = two_types(small={"max_count": 3}, big={"max_count": 1})
+    request = whatif(base, {"param": "budget_per_hour", "values": [0, 4, 8]}, baselines=False)
+    serial = run_whatif(request)
+    parallel = run_whatif(request, LocalProcesses(2))
+    assert parallel.solver.executor == "processes"
+    assert _summary(parallel) == _summary(serial)
+    with (
+        distributed.LocalCluster(
+            n_workers=1,
+            threads_per_worker=2,
+            processes=False,
+            protocol="tcp://",
+            host="127.0.0.1",
+            scheduler_port=0,
+            dashboard_address=None,
+        ) as cluster,
+        distributed.Client(cluster) as client,
+    ):
+        seen = []
+        on_dask = run_whatif(request, DaskCluster(client=client), progress=lambda d, t: seen.append((d, t)))
+        by_address = run_whatif(request, DaskCluster(address=cluster.scheduler_address))  # --scheduler
+    assert on_dask.solver.executor == "dask"
+    assert _summary(on_dask) == _summary(serial)
+    assert _summary(by_address) == _summary(serial)
+    assert by_address.solver.workers == 2  # threads of the one worker
+    assert seen[0] == (0, 3)
+    assert seen[-1] == (3, 3)
+
+
+# --- outputs: CSV, plots, HTTP, CLI --------------------------------------------------------------------
+
+
+def _body() -> dict:
+    base = to_builtins(two_types(small={"max_count": 3}, big={"max_count": 1}))
+    return {
+        "base": base,
+        "axes": [
+            {"param": "budget_per_hour", "values": [2, 5]},
+            {"param": "demand_scale", "values": [0.5, 1]},
+        ],
+        "marginal": False,
+    }
+
+
+def _post(client, body, accept="application/json", query=""):
+    headers = {"content-type": "application/json", "accept": accept}
+    return client.post(f"/whatif{query}", content=json.dumps(body), headers=headers)
+
+
+def test_http_json_csv_and_pictures():
+    with TestClient(app=create_app()) as client:
+        answer = _post(client, _body())
+        assert answer.status_code == 200
+        data = answer.json()
+        assert len(data["points"]) == 4
+        assert data["axes"] == ["budget_per_hour", "demand_scale"]
+        single = plan(
+            variant(two_types(small={"max_count": 3}, big={"max_count": 1}), data["points"][3]["coords"])
+        )
+        assert data["points"][3]["slo_rps"] == pytest.approx(single.slo_rps, abs=1e-6)
+        lean = {**_body(), "baselines": False}
+        table = _post(client, lean, accept="text/csv")
+        assert table.headers["content-type"].startswith("text/csv")
+        lines = table.text.strip().splitlines()
+        assert len(lines) == 5
+        assert lines[0].startswith("budget_per_hour,demand_scale,status,slo_rps")
+        png = _post(client, lean, accept="image/png", query="?plot=frontier")
+        assert png.headers["content-type"] == "image/png"
+        assert png.content.startswith(PNG_MAGIC)
+        svg = _post(client, lean, accept="image/svg+xml", query="?plot=heatmap")
+        assert ET.fromstring(svg.content).tag.endswith("svg")
+
+
+@pytest.mark.parametrize(
+    ("change", "query", "field", "says"),
+    [
+        ({"axes": [{"param": "speed", "values": [1]}]}, "", "axes[0].param", "is not one of"),
+        ({"axes": [{"param": "count:gpu", "values": [1]}]}, "", "axes[0].param", "unknown device 'gpu'"),
+        ({"axes": [{"param": "budget_per_hour", "start": 0, "num": 3}]}, "", "axes[0].values", "start, stop"),
+        ({"axes": [{"param": "budget_per_hour", "values": [1]}]}, "?plot=heatmap", "plot", "two axes"),
+        ({}, "?plot=pie", "plot", "unknown plot"),
+    ],
+)
+def test_http_bad_input_is_a_problem_naming_the_field(change, query, field, says):
+    body = {**_body(), **change}
+    with TestClient(app=create_app()) as client:
+        answer = _post(client, body, query=query)
+    assert answer.status_code == 400
+    problem = answer.json()
+    assert problem["field"] == field
+    assert says in problem["detail"]
+
+
+def test_cli_writes_csv_and_plots(tmp_path):
+    request = tmp_path / "tiny.json"
+    request.write_bytes(encode(two_types(small={"max_count": 3}, big={"max_count": 1})))
+    out = tmp_path / "points.csv"
+    runner = CliRunner()
+    args = ["whatif", str(request), "--axis", "budget_per_hour=0:6:3", "--axis", "demand_scale=0.5,1"]
+    args += [
+        "--workers",
+        "1",
+        "--no-progress",
+        "--no-marginal",
+        "--csv",
+        str(out),
+        "--plot",
+        str(tmp_path / "p"),
+    ]
+    result = runner.invoke(main, args)
+    assert result.exit_code == 0, result.output
+    assert "Pareto frontier" in result.output
+    assert len(out.read_text().strip().splitlines()) == 7
+    for name in ("frontier", "devices", "heatmap"):
+        assert (tmp_path / "p" / f"{name}.png").read_bytes().startswith(PNG_MAGIC)
+        assert ET.parse(tmp_path / "p" / f"{name}.svg").getroot().tag.endswith("svg")
+    bad = runner.invoke(main, ["whatif", str(request), "--axis", "budget_per_hour=-1:5:3", "--no-progress"])
+    assert bad.exit_code == 2
+    assert "axes[0].values" in bad.output
+
+
+def test_csv_has_one_row_per_point(budget_sweep):
+    _, result = budget_sweep
+    rows = to_csv(result).strip().splitlines()
+    assert len(rows) == len(result.points) + 1
+    header = rows[0].split(",")
+    assert {"devices:small", "bought:big", "marginal_rps:small", "binding", "frontier"} <= set(header)
+    flags = [int(r.split(",")[header.index("frontier")]) for r in rows[1:]]
+    assert [i for i, f in enumerate(flags) if f] == result.frontier
+
+
+def test_warm_start_only_when_feasible():
+    """optimize_from uses a start only when it keeps every bound and row; otherwise it is optimize()."""
+    import numpy as np
+
+    from fleetplan.solver.candidates import build_candidates
+    from fleetplan.solver.formulation import build_matrix
+    from fleetplan.solver.optimize import is_feasible, optimize, optimize_from
+    from fleetplan.solver.pipeline import resolve_profiles
+
+    request = two_types(small={"max_count": 4}, big={"max_count": 3}, budget=7.5)
+    cand = build_candidates(request, resolve_profiles(request))
+    form, cols = build_matrix(cand)
+    nothing = np.zeros(cols.size)
+    assert is_feasible(form, nothing)  # no instance, no flow
+    over_budget = nothing.copy()
+    over_budget[: cols.n_pools] = form.col_hi[: cols.n_pools]  # every pool at its bound: 4 small, 3 big
+    over_budget[cols.buy_offset :] = form.col_hi[cols.buy_offset :]
+    assert not is_feasible(form, over_budget)  # 4 + 3 * 3 = 13 $/h > 7.5
+    cold = optimize(request, cand)
+    warm = optimize_from(request, cand, nothing)
+    fallback = optimize_from(request, cand, over_budget)
+    assert [s.step for s in warm.stages] == ["primary", "tie_break"]
+    assert fallback.stages[0].step == "relaxation"
+    for outcome in (warm, fallback):
+        assert outcome.primary_value == pytest.approx(cold.primary_value, rel=1e-9)
