@@ -71,6 +71,7 @@ class Outcome:
     solve_ms: float
     tie_break: str | None
     stages: tuple[StageRecord, ...] = ()  # every solver call, in order
+    tie_break_gap: float | None = None  # the last tie-break stage's own relative_gap
 
 
 @dataclass(frozen=True)
@@ -154,6 +155,7 @@ class _Final:
     form: MatrixForm
     result: SolveResult
     tie_break: str | None
+    tie_break_gap: float | None = None  # relative_gap of the last tie-break stage kept
 
 
 def optimize(
@@ -167,9 +169,13 @@ def optimize(
     solver = _Solver(get_backend(options.solver), clock)
     solve_began = time.perf_counter()
     relaxed = relax_stages(model, stages, solver)
-    start = primal_start(model, relaxed, stages[0], solver)
-    primary = solve_primary(model, stages[0], start, solver)
-    final = tie_break(model, stages, primary, solver)
+    folded = fold_stages(model, stages, relaxed, solver)
+    if folded is not None:
+        primary, final = folded
+    else:
+        start = primal_start(model, relaxed, stages[0], solver)
+        primary = solve_primary(model, stages[0], start, solver)
+        final = tie_break(model, stages, primary, solver)
     return assign_outcome(model, relaxed, primary, final, solver, solve_began)
 
 
@@ -201,6 +207,63 @@ def relax_stages(model: _Model, stages: list[tuple[str, Sense]], solver: _Solver
         results.append(result)
         form = _lock(form, name, sense, result.objective)
     return results
+
+
+def fold_stages(
+    model: _Model, stages: list[tuple[str, Sense]], relaxed: list[SolveResult], solver: _Solver
+) -> tuple[SolveResult, _Final] | None:
+    """Step 2b: the exact one-solve case of the cost tie-break, or None (then steps 3-5 run).
+
+    When the goodput LP serves every class fully (its value is U = sum_w v_w lambda_w, every v_w > 0),
+    a plan that serves every class is goodput-optimal, and among those the lexicographic optimum is the
+    cheapest: the min_cost model (demand rows as equalities, phi fixed at 1). Its feasibility is only
+    known once an integer plan serves everything, so the fold runs only when the boxed sub-MIP
+    (primal_start) finds one; otherwise (the integers cannot serve it all) the staged route runs. The
+    cost MIP is then the one MIP of the request, recorded as the "primary" step of stage "cost";
+    docs/formulation.md ("The cost tie-break in one solve") has the proof and why no weighting
+    goodput - eps * cost is exact on this model.
+    """
+    names = [name for name, _ in stages]
+    if names[-1] != "cost" or "goodput" not in names or len(relaxed) < len(stages):
+        return None
+    classes = model.cand.classes
+    weight, demand = classes["weight"].to_numpy(float), classes["rate_rps"].to_numpy(float)
+    full = float(weight @ demand)
+    goodput_lp = relaxed[names.index("goodput")].objective
+    if np.any(weight[demand > 0] <= 0) or goodput_lp is None or goodput_lp < full - _slack(full):
+        return None
+    folded = _Model(model.cand, _serve_all(model.form, model.cols, demand), model.cols, model.build_ms)
+    start = primal_start(folded, relaxed, ("cost", Sense.MIN), solver)
+    if start is None:
+        return None
+    result = solve_primary(folded, ("cost", Sense.MIN), start, solver)
+    if not result.has_solution:
+        return None
+    served = float(model.form.objectives["goodput"] @ result.values)
+    termination = Termination.OPTIMAL if served >= full - _slack(full) else Termination.FEASIBLE
+    primary = SolveResult(termination, result.values, served, goodput_lp, result.seconds, "folded")
+    message = f"cost: folded into one solve (every class servable): {_reached(result)}"
+    return primary, _Final(folded.form, result, message, result.gap)
+
+
+def _serve_all(form: MatrixForm, cols: Columns, demand: np.ndarray) -> MatrixForm:
+    """The form with every demand row an equality (served[w] = lambda_w) and phi, if any, fixed at 1."""
+    _, begin, end = next(block for block in form.row_blocks if block[0] == "demand")
+    row_lo = form.row_lo.copy()
+    row_lo[begin:end] = demand
+    col_lo = form.col_lo.copy()
+    if cols.has_phi:
+        col_lo[cols.phi] = 1.0
+    return replace(form, row_lo=row_lo, col_lo=col_lo)
+
+
+def _slack(value: float) -> float:
+    return LOCK_SLACK * max(1.0, abs(value))
+
+
+def _reached(result: SolveResult) -> str:
+    gap = "" if result.gap is None else f", gap {result.gap:.2%}"
+    return f"{result.termination}{gap} in {result.seconds:.2f} s"
 
 
 def primal_start(
@@ -264,10 +327,9 @@ def tie_break(
         if not follow.has_solution:
             message = f"{next_name}: {follow.termination} ({follow.detail}); kept the previous stage's plan"
             break
-        gap = "" if follow.gap is None else f", gap {follow.gap:.2%}"
-        message = f"{next_name}: {follow.termination}{gap} in {follow.seconds:.2f} s"
+        message = f"{next_name}: {_reached(follow)}"
         form, name, sense, result = form_locked, next_name, next_sense, follow
-    return _Final(form, result, message)
+    return _Final(form, result, message, result.gap if result is not primary else None)
 
 
 def assign_outcome(
@@ -292,6 +354,7 @@ def assign_outcome(
         build_ms=model.build_ms,
         solve_ms=(time.perf_counter() - solve_began) * 1e3,
         tie_break=final.tie_break,
+        tie_break_gap=final.tie_break_gap,
         stages=tuple(solver.records),
     )
 
@@ -307,7 +370,7 @@ def _overall(primary: SolveResult, last: SolveResult) -> Termination:
 
 def _lock(form: MatrixForm, name: str, sense: Sense, value: float) -> MatrixForm:
     """Keep a finished stage's objective at the value found (up to a relative LOCK_SLACK for round-off)."""
-    slack = LOCK_SLACK * max(1.0, abs(value))
+    slack = _slack(value)
     if sense is Sense.MAX:
         return form.with_row(f"lock_{name}", form.objectives[name], value - slack, np.inf)
     return form.with_row(f"lock_{name}", form.objectives[name], -np.inf, value + slack)
