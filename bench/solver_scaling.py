@@ -15,7 +15,7 @@ steps of solver.plan around the solver (profiles, candidates, gpu_only, greedy, 
 calling the same functions from this script on the same request right after step 4 (warm, as inside
 plan()), so 'goodput done ms' from plan() entry and 'other' are estimates.
 
-    python -m bench.solver_scaling [--instances S M L] [--time-limit 10] [--repeat N] [--no-naive]
+    python -m bench.solver_scaling [--instances S M L] [--seeds 5] [--time-limit 10] [--repeat N] [--no-naive]
 
 Writes bench/results/solver_scaling-<UTC timestamp>.json and bench/results/solver_scaling-latest.json.
 """
