@@ -303,6 +303,112 @@ def run_once(request, naive: bool) -> dict:
     return out
 
 
+def run_solve_only(name: str, request) -> dict:
+    """--solve-only: candidates built once, then optimize(request, cand) with every stage of the objective
+    (goodput, then the cost tie-break), as plan() runs it, without the baselines, extraction and verify."""
+    began = time.perf_counter()
+    table = resolve_profiles(request)
+    cand = build_candidates(request, table)
+    candidates_ms = (time.perf_counter() - began) * 1e3
+    began, cpu = time.perf_counter(), time.process_time()
+    outcome = optimize(request, cand)
+    wall, cpu = (time.perf_counter() - began) * 1e3, (time.process_time() - cpu) * 1e3
+    records = outcome.stages
+    primary = first(records, "primary")
+    relaxation = first(records, "relaxation")
+    tie = [r for r in records if r.step == "tie_break"]
+    base = name.split("@")[0].split("/")[0]
+    gap_goal, s_goal = (GOAL_M_GAP, GOAL_M_S) if base == "M" else (GOAL_L_GAP, GOAL_L_S)
+    done_s = None if primary is None else primary.ended_ms / 1e3
+    gap = relative_gap(outcome.primary_value, outcome.primary_bound)
+    return {
+        "instance": name,
+        "integers": int(outcome.form.integer.sum()),
+        "rows": int(outcome.form.A.shape[0]),
+        "candidates_ms": candidates_ms,
+        "optimize_ms": wall,
+        "optimize_cpu_ms": cpu,
+        "build_ms": outcome.build_ms,
+        "lp_ms": None if relaxation is None else relaxation.ms,
+        "goodput_done_ms": None if primary is None else primary.ended_ms,
+        "status": str(outcome.termination),
+        "objective": outcome.primary_value,
+        "bound": outcome.primary_bound,
+        "gap": gap,
+        "nodes": None if primary is None else primary.nodes,
+        "tie_break": outcome.tie_break,
+        "tie_break_gap": outcome.tie_break_gap,
+        "tie_break_ms": sum(r.ms for r in tie),
+        "goal": f"gap <= {gap_goal:g} in <= {s_goal:g} s" if base in ("M", "L") else None,
+        "holds": base in ("M", "L")
+        and gap is not None
+        and gap <= gap_goal + 1e-12
+        and done_s is not None
+        and done_s <= s_goal,
+        "stages": stage_rows(records),
+    }
+
+
+def solve_only_table(rows: list[dict]) -> str:
+    headers = ["inst", "ints", "rows", "cand ms", "LP ms", "goodput done ms", "optimize ms", "cpu ms",
+               "status", "objective", "bound", "gap", "nodes", "tie gap", "goal", "verdict"]  # fmt: skip
+    body = [
+        [
+            r["instance"],
+            str(r["integers"]),
+            str(r["rows"]),
+            fmt(r["candidates_ms"]),
+            fmt(r["lp_ms"]),
+            fmt(r["goodput_done_ms"]),
+            fmt(r["optimize_ms"]),
+            fmt(r["optimize_cpu_ms"]),
+            r["status"],
+            fmt(r["objective"], ".3f"),
+            fmt(r["bound"], ".3f"),
+            pct(r["gap"]),
+            fmt(r["nodes"]),
+            pct(r["tie_break_gap"]),
+            r["goal"] or "-",
+            "-" if r["goal"] is None else "holds" if r["holds"] else "MISSED",
+        ]  # fmt: skip
+        for r in rows
+    ]
+    return table(headers, body, right={1, 2, 3, 4, 5, 6, 7, 9, 10, 11, 12, 13})
+
+
+def main_solve_only(names: list[str], args, meta: dict, stamp) -> int:
+    rows = []
+    for name in names:
+        request = with_time_limit(instance(name), args.time_limit)
+        t = time.perf_counter()
+        rows.append(run_solve_only(name, request))
+        print(f"  {name}: {time.perf_counter() - t:.1f} s", flush=True)
+    with contextlib.suppress(OSError, AttributeError):
+        meta["loadavg_at_end"] = [round(x, 2) for x in os.getloadavg()]
+    load_end = meta.get("loadavg_at_end", ["?"])[0]
+    text = "\n".join(
+        [
+            f"Solver scaling, --solve-only  |  {meta['utc']}  |  {git_line(meta['git'])}",
+            f"Machine: {machine_line(meta['machine'])}",
+            f"time_limit_s={args.time_limit:g}, default options (queueing capacity model), HiGHS threads=1; "
+            f"load avg at end {load_end}",
+            "optimize(request, cand) with every stage (goodput, then the cost tie-break); candidates built",
+            "once, outside it. 'goodput done' = ms from optimize() entry to the goodput MIP's end (wall);",
+            "'cpu ms' = this process's CPU time over optimize() (robust to other load on the machine).",
+            solve_only_table(rows),
+        ]
+    )
+    print()
+    print(text)
+    args.out.mkdir(parents=True, exist_ok=True)
+    body = json.dumps({**meta, "solve_only": rows, "table": text}, indent=2, default=str)
+    path = args.out / f"solver_scaling_solve-{stamp.strftime('%Y%m%dT%H%M%SZ')}.json"
+    path.write_text(body)
+    (args.out / "solver_scaling_solve-latest.json").write_text(body)
+    print(f"\nwrote {shown(path)} and solver_scaling_solve-latest.json")
+    return 0
+
+
 def around_solver_ms(request, result, optimize_ms: float) -> dict[str, float]:
     """The steps of solver.plan around optimize(), called as plan() calls them and timed one by one, after
     plan() (so with the same warm caches): profiles, candidates, the baselines (gpu_only with the time plan()
@@ -673,6 +779,11 @@ def main(argv: list[str] | None = None) -> int:
         help="M and L: this many seeds of each generator (the default seed first); naive on the first only",
     )
     parser.add_argument("--out", type=Path, default=RESULTS, help="results directory")
+    parser.add_argument(
+        "--solve-only",
+        action="store_true",
+        help="only optimize() (all stages) on candidates built once: no plan(), baselines or naive run",
+    )
     args = parser.parse_args(argv)
 
     stamp = datetime.now(UTC)
@@ -687,6 +798,8 @@ def main(argv: list[str] | None = None) -> int:
     summaries, raw = [], {}
     mip_rel_gap = None
     names = [seeded for name in args.instances for seeded in seeded_names(name, args.seeds)]
+    if args.solve_only:
+        return main_solve_only(names, args, meta, stamp)
     for name in names:
         began = time.perf_counter()
         request = with_time_limit(instance(name), args.time_limit)
