@@ -197,7 +197,8 @@ def test_the_tie_break_folds_into_one_solve_when_every_class_is_servable():
     assert result.cost_per_hour == pytest.approx(2.0, rel=1e-9)
     steps = [(r.step, r.stage) for r in result.solver.stages if r.step in ("primary", "tie_break")]
     assert steps == [("primary", "cost")]
-    assert result.solver.tie_break.startswith("cost: folded")
+    assert result.solver.tie_break.startswith("cost: optimal")
+    assert result.solver.tie_break.endswith("(folded into one solve: every class servable)")
     assert result.solver.tie_break_gap == pytest.approx(0.0, abs=1e-4)
     assert result.mip_gap == pytest.approx(0.0, abs=1e-9)
 

@@ -179,7 +179,7 @@ def optimize(
         start = primal_start(model, relaxed, stages[0], solver)
         primary = solve_primary(model, stages[0], start, solver)
         final = tie_break(model, stages, primary, solver)
-    return assign_outcome(model, relaxed, primary, final, solver, solve_began)
+    return assign_outcome(model, relaxed, primary, final, solver, solve_began, stages[0][1])
 
 
 def build_model(cand: Candidates, clock: _Clock) -> _Model:
@@ -247,7 +247,7 @@ def fold_stages(
     served = float(model.form.objectives["goodput"] @ result.values)
     termination = Termination.OPTIMAL if served >= full - _slack(full) else Termination.FEASIBLE
     primary = SolveResult(termination, result.values, served, goodput_lp, result.seconds, "folded")
-    message = f"cost: folded into one solve (every class servable): {_reached(result)}"
+    message = f"cost: {_reached(result)} (folded into one solve: every class servable)"
     return primary, _Final(folded.form, result, message, result.gap)
 
 
@@ -344,9 +344,10 @@ def assign_outcome(
     final: _Final,
     solver: _Solver,
     solve_began: float,
+    sense: Sense = Sense.MAX,
 ) -> Outcome:
-    """Step 6: the Outcome: the last stage's vector, the primary stage's value and bound, the LP bound and
-    the record of every solver call."""
+    """Step 6: the Outcome: the last stage's vector, the primary stage's value and bound (the tighter of
+    the MIP's and the first LP relaxation's), the LP bound and the record of every solver call."""
     return Outcome(
         candidates=model.cand,
         columns=model.cols,
@@ -354,7 +355,7 @@ def assign_outcome(
         values=final.result.values,
         termination=_overall(primary, final.result),
         primary_value=primary.objective,
-        primary_bound=primary.bound,
+        primary_bound=_tightest_bound(primary, relaxed, sense),
         lp_bound=relaxed[0].objective if relaxed else None,
         build_ms=model.build_ms,
         solve_ms=(time.perf_counter() - solve_began) * 1e3,
@@ -362,6 +363,19 @@ def assign_outcome(
         tie_break_gap=final.tie_break_gap,
         stages=tuple(solver.records),
     )
+
+
+def _tightest_bound(primary: SolveResult, relaxed: list[SolveResult], sense: Sense) -> float | None:
+    """The primary stage's proven bound: the MIP's dual bound, or the first LP relaxation's optimum (a bound
+    on the same objective over the same model) where that is tighter, e.g. when the time limit stops the
+    MIP before its root LP is solved and HiGHS reports only its trivial bound."""
+    bound = primary.bound
+    if not relaxed or relaxed[0].termination is not Termination.OPTIMAL or primary.detail == "folded":
+        return bound
+    lp = relaxed[0].objective
+    if bound is None or lp is None:
+        return bound if bound is not None else lp
+    return min(bound, lp) if sense is Sense.MAX else max(bound, lp)
 
 
 def _overall(primary: SolveResult, last: SolveResult) -> Termination:
