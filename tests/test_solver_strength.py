@@ -206,3 +206,36 @@ def test_the_tie_break_folds_into_one_solve_when_every_class_is_servable():
 def _row(device: str, ttft: float, tbt: float) -> dict:
     latency = {f"ttft_ms_p{q}": ttft for q in (50, 90, 99)} | {f"tbt_ms_p{q}": tbt for q in (50, 90, 99)}
     return {"model": "m1", "device": device, "tp": 1, "batch": 1, "prompt_tokens": 128, **latency}
+
+
+def test_the_fold_reports_max_min_fraction_in_its_own_units():
+    # classes of 4 and 1 req/s on the devices above: 5 req/s. By hand: acc 2.25 req/s per instance at 1.0/h,
+    # gpu 4.5 at 3.0/h; 3 acc (6.75 req/s, 3.0/h) is the cheapest that serves both, 1 gpu + 1 acc costs 4.0
+    workload = {"model": "m1", "prompt_tokens": 128, "output_tokens": 11}
+    slo = {"ttft_ms": 1000, "tbt_ms": 100, "percentile": 90}
+    body = {
+        "devices": [
+            {"name": "gpu", "count": 4, "cost_per_hour": 3.0},
+            {"name": "acc", "count": 4, "cost_per_hour": 1.0},
+        ],
+        "workloads": [
+            {"name": "a", **workload, "rate_rps": 4.0, "slo": slo},
+            {"name": "b", **workload, "rate_rps": 1.0, "slo": slo},
+        ],
+        "models": [{"name": "m1", "kv_bytes_per_token": 1024}],
+        "profiles": {"rows": [_row("gpu", 100, 10), _row("acc", 200, 20)]},
+        "options": {
+            "capacity_model": "flat",
+            "max_utilization": 0.9,
+            "allow_disaggregated": False,
+            "objective": "max_min_fraction",
+        },
+    }
+    result = plan(msgspec.convert(body, PlanRequest), with_baselines=False)
+    assert result.status == "optimal"
+    assert result.objective_unit == "min_fraction"
+    assert result.objective_value == pytest.approx(1.0)
+    assert result.objective_bound == pytest.approx(1.0)
+    assert result.cost_per_hour == pytest.approx(3.0, rel=1e-9)
+    last = result.solver.stages[-1]
+    assert (last.step, last.stage) == ("primary", "cost")

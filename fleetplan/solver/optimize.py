@@ -246,7 +246,9 @@ def fold_stages(
         return None
     served = float(model.form.objectives["goodput"] @ result.values)
     termination = Termination.OPTIMAL if served >= full - _slack(full) else Termination.FEASIBLE
-    primary = SolveResult(termination, result.values, served, goodput_lp, result.seconds, "folded")
+    # the primary stage (goodput, or phi for max_min_fraction) in its own units, bounded by its own LP
+    value = float(model.form.objectives[names[0]] @ result.values)
+    primary = SolveResult(termination, result.values, value, relaxed[0].objective, result.seconds, "folded")
     message = f"cost: {_reached(result)} (folded into one solve: every class servable)"
     return primary, _Final(folded.form, result, message, result.gap)
 
