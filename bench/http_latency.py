@@ -49,9 +49,10 @@ def free_port() -> int:
 
 
 def server_command(port: int) -> list[str]:
-    script = Path(sys.executable).parent / "fleetplan"
-    base = [str(script)] if script.exists() else [sys.executable, "-m", "fleetplan"]
-    return [*base, "serve", "--host", HOST, "--port", str(port), "--log-level", "warning"]
+    """`python -m fleetplan serve`, run from the repository root: the fleetplan of this checkout (the venv's
+    `fleetplan` script would import whichever checkout the venv was installed from)."""
+    serve = ["serve", "--host", HOST, "--port", str(port), "--log-level", "warning"]
+    return [sys.executable, "-m", "fleetplan", *serve]
 
 
 def percentile(values: list[float], q: float) -> float:

@@ -103,15 +103,32 @@ def synthetic_request(
     return msgspec.convert(body, PlanRequest)
 
 
+# The seed of "M" and "L"; "M/3" is the same generator at seed 3 (bench/solver_scaling.py --seeds).
+DEFAULT_SEEDS = {"M": 7, "L": 11}
+
+
+def seeded_names(name: str, count: int) -> list[str]:
+    """name plus count - 1 more seeds of its generator ("M" -> "M", "M/1", "M/2", ...); S has no seed."""
+    base, _, rest = name.partition("@")
+    if base not in DEFAULT_SEEDS or count <= 1:
+        return [name]
+    seeds = [s for s in range(1, count + 1) if s != DEFAULT_SEEDS[base]][: count - 1]
+    suffix = f"@{rest}" if rest else ""
+    return [name, *(f"{base}/{s}{suffix}" for s in seeds)]
+
+
 def instance(name: str) -> PlanRequest:
-    """S, M or L at default options; "M@0.9" plans the same instance with the flat model at rho 0.9."""
+    """S, M or L at default options; "M@0.9" plans the same instance with the flat model at rho 0.9;
+    "M/3" ("L/3") is M (L) generated from seed 3 instead of the default seed."""
     base, _, rho = name.partition("@")
+    base, _, seed_text = base.partition("/")
+    seed = int(seed_text) if seed_text else DEFAULT_SEEDS.get(base, 0)
     if base == "S":
         request = read_request(fixtures.request_path("paper"))
     elif base == "M":
-        request = synthetic_request(8, 36, [1, 2, 4], [1, 2, 4, 8, 16, 32], seed=7)
+        request = synthetic_request(8, 36, [1, 2, 4], [1, 2, 4, 8, 16, 32], seed=seed)
     elif base == "L":
-        request = synthetic_request(16, 100, [1, 2, 4, 8], [1, 2, 4, 8, 16, 32, 64, 128], seed=11)
+        request = synthetic_request(16, 100, [1, 2, 4, 8], [1, 2, 4, 8, 16, 32, 64, 128], seed=seed)
     else:
         msg = f"unknown instance {name!r}"
         raise ValueError(msg)

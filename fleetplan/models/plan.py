@@ -241,6 +241,8 @@ class SolverInfo(Base):
     """How the answer was found: sizes, times, bounds. `lp_bound` is the root LP relaxation's objective.
 
     `stages` lists every solver call of the solve reported (StageRecord), null when nothing was solved.
+    `tie_break_gap` is the relative gap (docs/api.md, "mip_gap") of the last tie-break stage the plan kept
+    (the cost stage of max_goodput), null when no tie-break stage ran or none found a plan.
     """
 
     backend: str
@@ -254,6 +256,7 @@ class SolverInfo(Base):
     termination: str = ""
     tie_break: str | None = None
     stages: list[StageRecord] | None = None
+    tie_break_gap: float | None = None
 
 
 class ProfileSetInfo(Base):

@@ -114,14 +114,39 @@ def _use_rate_coefficients(cand: Candidates) -> np.ndarray:
     return 1.0 / cand.uses["rate_rps"].to_numpy()
 
 
-def define_capacity(cand: Candidates, cols: Columns) -> Block:
-    """sum_w f[w, pool] / r[w, pool] - rho[pool] * x[pool] <= 0 for every pool.
+def pool_ceilings(cand: Candidates) -> tuple[np.ndarray, np.ndarray]:
+    """(D, T) per pool: the most load (sum_w f / r) and KV traffic (sum_w f * 8 S_w / 1e9) it can ever carry.
+
+    Every class's flow through a pool is at most its demand: served[w] <= lambda_w bounds its colocated and
+    prefill flows (a prefill use's keys share one rate, so lambda_w / r once per (w, pool) covers all of
+    them), and the last KV-flow row makes its decode flow equal its prefill flow. So D = sum over the
+    distinct (w, pool) of lambda_w / r[w, pool], T likewise with lambda_w * kv_gbit[w].
+    """
+    uses, pools = cand.uses, cand.pools
+    demand = cand.classes["rate_rps"].to_numpy(float)[uses["w"].to_numpy()]
+    first = ~uses.duplicated(["w", "pool"]).to_numpy()
+    pool = uses["pool"].to_numpy()[first]
+    load = np.bincount(pool, weights=(demand / uses["rate_rps"].to_numpy())[first], minlength=len(pools))
+    traffic = np.bincount(pool, weights=(demand * uses["kv_gbit"].to_numpy())[first], minlength=len(pools))
+    return load, traffic
+
+
+def define_capacity(cand: Candidates, cols: Columns, strengthen: bool = True) -> Block:
+    """sum_w f[w, pool] / r[w, pool] - min(rho[pool], D[pool]) * x[pool] <= 0 for every pool.
 
     rho[pool] is the pool's headroom level: max_utilization under the flat model (v1), the admissible
-    utilization of the classes it may carry under the queueing model (fleetplan/solver/capacity.py)."""
+    utilization of the classes it may carry under the queueing model (fleetplan/solver/capacity.py).
+
+    Coefficient strengthening (docs/formulation.md, "Strengthening"): D[pool] (pool_ceilings) is the most
+    load the pool can carry at all. At x = 0 both forms force the load to 0; at an integer x >= 1 the load
+    is at most D <= D * x. So every integer point of the rho form satisfies the min(rho, D) form and vice
+    versa; only fractional x (the LP relaxation) is cut, where a pool that could never fill one instance
+    no longer gets its load for a fraction of an instance."""
     uses = cand.uses
     n_pools = cols.n_pools
     rho = cand.pools["rho"].to_numpy(float)
+    if strengthen:
+        rho = np.minimum(rho, pool_ceilings(cand)[0])
     pool = uses["pool"].to_numpy()
     rows = np.concatenate([pool, np.arange(n_pools)])
     columns = np.concatenate([cols.use_offset + np.arange(len(uses)), np.arange(n_pools)])
@@ -218,8 +243,72 @@ def define_purchases(cand: Candidates, cols: Columns) -> tuple[np.ndarray, np.nd
     return cols.buy, cols.buy_offset + np.arange(len(cols.buy)), -np.ones(len(cols.buy))
 
 
-def define_nic(cand: Candidates, cols: Columns) -> Block:
-    """Per disaggregated pool on a device with a NIC: sum_w f * 8 S_w / 1e9 - nic_rho * x * t * NIC_k <= 0."""
+def define_linking(cand: Candidates, cols: Columns) -> Block:
+    """f[use] - min(lambda_w, rho * r) * x[pool] <= 0 for every use whose class's demand is below what one
+    instance carries (lambda_w < rho * r): a valid inequality per pool and class.
+
+    Valid: at x = 0 the capacity row already forces f = 0; at an integer x >= 1, f <= lambda_w (its column
+    bound) <= lambda_w * x. Where lambda_w >= rho * r the capacity row alone implies it (the other flows
+    are >= 0), so those rows are left out. A prefill use with several keys gets one row per key (each key's
+    flow is at most lambda_w too). It stops the LP relaxation from buying a small class's whole demand with
+    a sliver of an instance.
+    """
+    uses = cand.uses
+    pool = uses["pool"].to_numpy()
+    demand = cand.classes["rate_rps"].to_numpy(float)[uses["w"].to_numpy()]
+    per_instance = cand.pools["rho"].to_numpy(float)[pool] * uses["rate_rps"].to_numpy(float)
+    small = np.flatnonzero(demand < per_instance * (1 - 1e-9))
+    n = len(small)
+    rows = np.concatenate([np.arange(n), np.arange(n)])
+    columns = np.concatenate([cols.use_offset + small, pool[small]])
+    vals = np.concatenate([np.ones(n), -demand[small]])
+    return Block("linking", n, rows, columns, vals, np.full(n, -INF), np.zeros(n))
+
+
+def define_device_cuts(cand: Candidates, cols: Columns) -> Block:
+    """Chvatal-Gomory cuts of the device rows: sum_{pools on k, t >= d} floor(t / d) * x <= floor(N_k / d)
+    for every device type k and every tp d > 1 of its pools with N_k % d != 0 (a valid inequality per
+    device type).
+
+    Valid: divide sum t * x <= N_k by d, round every coefficient down (x >= 0) and then the right-hand side
+    (the left-hand side is an integer). With N_k % d == 0 the cut is implied by the device row itself, so
+    only the others are added. For example N = 7 GPUs and tp 2 or 4 pools: x2 + 2 x4 <= 3, where the LP
+    could otherwise use 3.5 tp-2 instances. For a purchasable type N_k is its capacity (count plus what
+    may be bought, `Device.max_count`): sum t x <= N_k + b_k <= capacity, so the cut stays valid.
+    """
+    devices = cand.devices.reset_index(drop=True)
+    # a purchasable type may reach its capacity (count + what may be bought): the cut holds at that N_k
+    count = dict(zip(devices["device"], devices[_capacity_column(devices)].to_numpy(float), strict=True))
+    device = cand.pools["device"].to_numpy()
+    tp = cand.pools["tp"].to_numpy(int)
+    rows, columns, vals, hi = [], [], [], []
+    for k, n_k in count.items():
+        on_k = device == k
+        for d in np.unique(tp[on_k & (tp > 1)]):
+            if n_k % d == 0:
+                continue
+            hit = np.flatnonzero(on_k & (tp >= d))
+            rows.append(np.full(len(hit), len(hi)))
+            columns.append(hit)
+            vals.append(np.floor(tp[hit] / d))
+            hi.append(np.floor(n_k / d))
+    if not hi:
+        return _empty("device_cuts")
+    n = len(hi)
+    return Block(
+        "device_cuts",
+        n,
+        np.concatenate(rows),
+        np.concatenate(columns),
+        np.concatenate(vals).astype(float),
+        np.full(n, -INF),
+        np.array(hi),
+    )
+
+
+def define_nic(cand: Candidates, cols: Columns, strengthen: bool = True) -> Block:
+    """Per disaggregated pool on a device with a NIC: sum_w f * 8 S_w / 1e9 - min(nic_rho * t * NIC_k, T) * x
+    <= 0, T the most KV traffic the pool can carry (pool_ceilings; strengthened as in define_capacity)."""
     pools = cand.pools
     nic = pools["device"].map(cand.devices.set_index("device")["nic_gbps"]).to_numpy()
     limited = np.flatnonzero((pools["role"] != "colocated").to_numpy() & np.isfinite(nic))
@@ -231,7 +320,10 @@ def define_nic(cand: Candidates, cols: Columns) -> Block:
     kv = uses["kv_gbit"].to_numpy()
     rows = np.concatenate([use_rows[mine], np.arange(len(limited))])
     columns = np.concatenate([cols.use_offset + np.flatnonzero(mine), limited])
-    capacity = (pools["tp"].to_numpy(float) * nic * pools["nic_rho"].to_numpy(float))[limited]
+    capacity = pools["tp"].to_numpy(float) * nic * pools["nic_rho"].to_numpy(float)
+    if strengthen:
+        capacity = np.minimum(capacity, pool_ceilings(cand)[1])
+    capacity = capacity[limited]
     vals = np.concatenate([kv[mine], -capacity])
     n = len(limited)
     return Block("nic", n, rows, columns, vals, np.full(n, -INF), np.zeros(n))
@@ -437,31 +529,33 @@ def pool_cost(cand: Candidates) -> np.ndarray:
     return price * cand.pools["tp"].to_numpy(float)
 
 
-def column_bounds(cand: Candidates, cols: Columns) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """x in [0, min(N_k // t, instances needed for all demand)], f in [0, lambda_w], s >= 0, phi in [0, 1].
+def column_bounds(
+    cand: Candidates, cols: Columns, strengthen: bool = True
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """x in [0, min(N_k // t, instances needed for all demand)], f in [0, min(lambda_w, r * rho * x_hi)],
+    s >= 0, phi in [0, 1].
 
     The instance cap is what serving every class of the pool fully would need (capacity and NIC); more
     instances can never serve more, so the cap keeps every optimum while shrinking the branch-and-bound tree.
+    A flow is at most its class's demand and at most what the pool's capacity row allows at the cap
+    (f / r <= rho * x <= rho * x_hi, the other flows being >= 0).
     """
     pools, uses, classes = cand.pools, cand.uses, cand.classes
     devices = cand.devices.set_index("device")
     tp = pools["tp"].to_numpy(float)
     fit = np.floor(pools["device"].map(devices[_capacity_column(devices)]).to_numpy(float) / tp)
-    demand = classes["rate_rps"].to_numpy(float)[uses["w"].to_numpy()]
-    # a prefill use appears once per key: its class's demand once per (w, pool) suffices
-    first = ~uses.duplicated(["w", "pool"]).to_numpy()
     rho = pools["rho"].to_numpy(float)
-    load = np.bincount(
-        uses["pool"][first], weights=(demand / uses["rate_rps"].to_numpy())[first], minlength=len(pools)
-    )
+    load, traffic = pool_ceilings(cand)
     nic = pools["device"].map(devices["nic_gbps"]).to_numpy()
-    kv = uses["kv_gbit"].to_numpy()
-    traffic = np.bincount(uses["pool"][first], weights=(demand * kv)[first], minlength=len(pools))
     nic_cap = tp * nic * pools["nic_rho"].to_numpy(float)
     nic_need = np.where(np.isfinite(nic) & (pools["role"] != "colocated").to_numpy(), traffic / nic_cap, 0.0)
     need = np.ceil(np.maximum(load / rho, nic_need) - 1e-9)
     x_hi = np.minimum(fit, need)
-    f_hi = classes["rate_rps"].to_numpy(float)[uses["w"].to_numpy()]
+    pool = uses["pool"].to_numpy()
+    demand = classes["rate_rps"].to_numpy(float)[uses["w"].to_numpy()]
+    f_hi = demand
+    if strengthen:
+        f_hi = np.minimum(demand, uses["rate_rps"].to_numpy(float) * rho[pool] * x_hi[pool])
     lo = np.zeros(cols.size)
     spare = np.zeros(0)
     if len(cols.buy):
@@ -505,24 +599,30 @@ def objective_vectors(cand: Candidates, cols: Columns) -> dict[str, np.ndarray]:
     return vectors
 
 
-def build_matrix(cand: Candidates) -> tuple[MatrixForm, Columns]:
-    """Stack every constraint family into one CSR matrix, in the order of docs/formulation.md."""
+def build_matrix(cand: Candidates, strengthen: bool = True) -> tuple[MatrixForm, Columns]:
+    """Stack every constraint family into one CSR matrix, in the order of docs/formulation.md.
+
+    `strengthen=False` builds the plain model (no coefficient strengthening, no tightened flow bounds, no
+    valid inequalities): the same integer points and optima, a weaker LP relaxation; tests compare the two.
+    """
     objective = cand.request.options.objective
     churn_keys = pool_keys(cand) if cand.churn is not None else None
     n_churn = 0 if churn_keys is None else int(churn_keys.max(initial=-1)) + 1
     has_phi = objective == "max_min_fraction"
     cols = Columns(len(cand.pools), len(cand.uses), chain_columns(cand), has_phi, n_churn, purchasable(cand))
     blocks = [
-        define_capacity(cand, cols),
+        define_capacity(cand, cols, strengthen),
         define_kv_flow(cand, cols),
         define_demand(cand, cols, full=objective == "min_cost"),
         define_devices(cand, cols),
-        define_nic(cand, cols),
+        define_nic(cand, cols, strengthen),
         define_links(cand, cols),
         define_budget(cand, cols),
         define_fairness(cand, cols),
         define_churn(cand, cols),
     ]
+    if strengthen:  # valid inequalities (docs/formulation.md, "Strengthening"): they cut fractional x only
+        blocks += [define_linking(cand, cols), define_device_cuts(cand, cols)]
     offsets = np.cumsum([0] + [b.n_rows for b in blocks])
     rows = np.concatenate([b.rows + off for b, off in zip(blocks, offsets, strict=False)])
     columns = np.concatenate([b.cols for b in blocks])
@@ -530,7 +630,7 @@ def build_matrix(cand: Candidates) -> tuple[MatrixForm, Columns]:
     A = sp.csr_matrix((vals, (rows, columns)), shape=(int(offsets[-1]), cols.size))
     A.sum_duplicates()
     A.eliminate_zeros()
-    lo, hi, integer = column_bounds(cand, cols)
+    lo, hi, integer = column_bounds(cand, cols, strengthen)
     if cand.churn is not None:
         hi = churn_bounds(cand, cols, hi)
     return (

@@ -45,6 +45,9 @@ LOCK_SLACK = 1e-9
 TIE_BREAK_SHARE = 0.3
 # The sub-MIP of the primal start may use at most this share of options.time_limit_s.
 SUB_MIP_SHARE = 0.3
+# Each LP relaxation after the first (only the sub-MIP's box and the fold read them) may use at most this
+# share: on L the min-cost LP with goodput locked took 8 s of a 10 s limit on a loaded machine.
+LATER_RELAXATION_SHARE = 0.2
 # The least time limit a solver call is given, even once the deadline has passed (s).
 MIN_CALL_S = 0.01
 # LP values within this of an integer count as that integer when flooring and ceiling them.
@@ -71,6 +74,7 @@ class Outcome:
     solve_ms: float
     tie_break: str | None
     stages: tuple[StageRecord, ...] = ()  # every solver call, in order
+    tie_break_gap: float | None = None  # the last tie-break stage's own relative_gap
 
 
 @dataclass(frozen=True)
@@ -154,6 +158,7 @@ class _Final:
     form: MatrixForm
     result: SolveResult
     tie_break: str | None
+    tie_break_gap: float | None = None  # relative_gap of the last tie-break stage kept
 
 
 def optimize(
@@ -167,10 +172,14 @@ def optimize(
     solver = _Solver(get_backend(options.solver), clock)
     solve_began = time.perf_counter()
     relaxed = relax_stages(model, stages, solver)
-    start = primal_start(model, relaxed, stages[0], solver)
-    primary = solve_primary(model, stages[0], start, solver)
-    final = tie_break(model, stages, primary, solver)
-    return assign_outcome(model, relaxed, primary, final, solver, solve_began)
+    folded = fold_stages(model, stages, relaxed, solver)
+    if folded is not None:
+        primary, final = folded
+    else:
+        start = primal_start(model, relaxed, stages[0], solver)
+        primary = solve_primary(model, stages[0], start, solver)
+        final = tie_break(model, stages, primary, solver)
+    return assign_outcome(model, relaxed, primary, final, solver, solve_began, stages[0][1])
 
 
 def build_model(cand: Candidates, clock: _Clock) -> _Model:
@@ -181,18 +190,20 @@ def build_model(cand: Candidates, clock: _Clock) -> _Model:
 
 def relax_stages(model: _Model, stages: list[tuple[str, Sense]], solver: _Solver) -> list[SolveResult]:
     """Step 2: the LP relaxation through every stage, each optimum locked for the next; stops at the first
-    failure. The min-cost LP always joins: it packs devices where the goodput LP spreads them."""
+    failure. The min-cost LP always joins: it packs devices where the goodput LP spreads them. Every LP
+    after the first gets at most LATER_RELAXATION_SHARE of the time limit."""
     box_stages = stages if any(n == "cost" for n, _ in stages) else [*stages, ("cost", Sense.MIN)]
     form = model.form
     results = []
     for name, sense in box_stages:
+        clock = solver.clock
         result = solver.call(
             "relaxation",
             name,
             form,
             form.objectives[name],
             sense,
-            time_limit_s=solver.clock.remaining(),
+            time_limit_s=clock.share(LATER_RELAXATION_SHARE) if results else clock.remaining(),
             mip_rel_gap=0.0,
             relax=True,
         )
@@ -201,6 +212,65 @@ def relax_stages(model: _Model, stages: list[tuple[str, Sense]], solver: _Solver
         results.append(result)
         form = _lock(form, name, sense, result.objective)
     return results
+
+
+def fold_stages(
+    model: _Model, stages: list[tuple[str, Sense]], relaxed: list[SolveResult], solver: _Solver
+) -> tuple[SolveResult, _Final] | None:
+    """Step 2b: the exact one-solve case of the cost tie-break, or None (then steps 3-5 run).
+
+    When the goodput LP serves every class fully (its value is U = sum_w v_w lambda_w, every v_w > 0),
+    a plan that serves every class is goodput-optimal, and among those the lexicographic optimum is the
+    cheapest: the min_cost model (demand rows as equalities, phi fixed at 1). Its feasibility is only
+    known once an integer plan serves everything, so the fold runs only when the boxed sub-MIP
+    (primal_start) finds one; otherwise (the integers cannot serve it all) the staged route runs. The
+    cost MIP is then the one MIP of the request, recorded as the "primary" step of stage "cost";
+    docs/formulation.md ("The cost tie-break in one solve") has the proof and why no weighting
+    goodput - eps * cost is exact on this model.
+    """
+    names = [name for name, _ in stages]
+    if names[-1] != "cost" or "goodput" not in names or len(relaxed) < len(stages):
+        return None
+    classes = model.cand.classes
+    weight, demand = classes["weight"].to_numpy(float), classes["rate_rps"].to_numpy(float)
+    full = float(weight @ demand)
+    goodput_lp = relaxed[names.index("goodput")].objective
+    if np.any(weight[demand > 0] <= 0) or goodput_lp is None or goodput_lp < full - _slack(full):
+        return None
+    folded = _Model(model.cand, _serve_all(model.form, model.cols, demand), model.cols, model.build_ms)
+    start = primal_start(folded, relaxed, ("cost", Sense.MIN), solver)
+    if start is None:
+        return None
+    result = solve_primary(folded, ("cost", Sense.MIN), start, solver)
+    if not result.has_solution:
+        return None
+    served = float(model.form.objectives["goodput"] @ result.values)
+    termination = Termination.OPTIMAL if served >= full - _slack(full) else Termination.FEASIBLE
+    # the primary stage (goodput, or phi for max_min_fraction) in its own units, bounded by its own LP
+    value = float(model.form.objectives[names[0]] @ result.values)
+    primary = SolveResult(termination, result.values, value, relaxed[0].objective, result.seconds, "folded")
+    message = f"cost: {_reached(result)} (folded into one solve: every class servable)"
+    return primary, _Final(folded.form, result, message, result.gap)
+
+
+def _serve_all(form: MatrixForm, cols: Columns, demand: np.ndarray) -> MatrixForm:
+    """The form with every demand row an equality (served[w] = lambda_w) and phi, if any, fixed at 1."""
+    _, begin, end = next(block for block in form.row_blocks if block[0] == "demand")
+    row_lo = form.row_lo.copy()
+    row_lo[begin:end] = demand
+    col_lo = form.col_lo.copy()
+    if cols.has_phi:
+        col_lo[cols.phi] = 1.0
+    return replace(form, row_lo=row_lo, col_lo=col_lo)
+
+
+def _slack(value: float) -> float:
+    return LOCK_SLACK * max(1.0, abs(value))
+
+
+def _reached(result: SolveResult) -> str:
+    gap = "" if result.gap is None else f", gap {result.gap:.2%}"
+    return f"{result.termination}{gap} in {result.seconds:.2f} s"
 
 
 def primal_start(
@@ -268,10 +338,9 @@ def tie_break(
         if not follow.has_solution:
             message = f"{next_name}: {follow.termination} ({follow.detail}); kept the previous stage's plan"
             break
-        gap = "" if follow.gap is None else f", gap {follow.gap:.2%}"
-        message = f"{next_name}: {follow.termination}{gap} in {follow.seconds:.2f} s"
+        message = f"{next_name}: {_reached(follow)}"
         form, name, sense, result = form_locked, next_name, next_sense, follow
-    return _Final(form, result, message)
+    return _Final(form, result, message, result.gap if result is not primary else None)
 
 
 def assign_outcome(
@@ -281,9 +350,10 @@ def assign_outcome(
     final: _Final,
     solver: _Solver,
     solve_began: float,
+    sense: Sense = Sense.MAX,
 ) -> Outcome:
-    """Step 6: the Outcome: the last stage's vector, the primary stage's value and bound, the LP bound and
-    the record of every solver call."""
+    """Step 6: the Outcome: the last stage's vector, the primary stage's value and bound (the tighter of
+    the MIP's and the first LP relaxation's), the LP bound and the record of every solver call."""
     return Outcome(
         candidates=model.cand,
         columns=model.cols,
@@ -291,13 +361,27 @@ def assign_outcome(
         values=final.result.values,
         termination=_overall(primary, final.result),
         primary_value=primary.objective,
-        primary_bound=primary.bound,
+        primary_bound=_tightest_bound(primary, relaxed, sense),
         lp_bound=relaxed[0].objective if relaxed else None,
         build_ms=model.build_ms,
         solve_ms=(time.perf_counter() - solve_began) * 1e3,
         tie_break=final.tie_break,
+        tie_break_gap=final.tie_break_gap,
         stages=tuple(solver.records),
     )
+
+
+def _tightest_bound(primary: SolveResult, relaxed: list[SolveResult], sense: Sense) -> float | None:
+    """The primary stage's proven bound: the MIP's dual bound, or the first LP relaxation's optimum (a bound
+    on the same objective over the same model) where that is tighter, e.g. when the time limit stops the
+    MIP before its root LP is solved and HiGHS reports only its trivial bound."""
+    bound = primary.bound
+    if not relaxed or relaxed[0].termination is not Termination.OPTIMAL or primary.detail == "folded":
+        return bound
+    lp = relaxed[0].objective
+    if bound is None or lp is None:
+        return bound if bound is not None else lp
+    return min(bound, lp) if sense is Sense.MAX else max(bound, lp)
 
 
 def _overall(primary: SolveResult, last: SolveResult) -> Termination:
@@ -311,7 +395,7 @@ def _overall(primary: SolveResult, last: SolveResult) -> Termination:
 
 def _lock(form: MatrixForm, name: str, sense: Sense, value: float) -> MatrixForm:
     """Keep a finished stage's objective at the value found (up to a relative LOCK_SLACK for round-off)."""
-    slack = LOCK_SLACK * max(1.0, abs(value))
+    slack = _slack(value)
     if sense is Sense.MAX:
         return form.with_row(f"lock_{name}", form.objectives[name], value - slack, np.inf)
     return form.with_row(f"lock_{name}", form.objectives[name], -np.inf, value + slack)

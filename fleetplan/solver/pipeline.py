@@ -194,6 +194,7 @@ def _solver_info(request: PlanRequest, outcome) -> SolverInfo:
         termination=str(outcome.termination),
         tie_break=outcome.tie_break,
         stages=list(outcome.stages),
+        tie_break_gap=outcome.tie_break_gap,
     )
 
 
