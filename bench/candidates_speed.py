@@ -1,0 +1,119 @@
+"""Candidate building (request + profiles -> the tables the MILP is built from): cold and warm (the candidate
+cache), against the same measurement at a baseline commit, in one run.
+
+    python -m bench.candidates_speed [--baseline REV] [--repeats 5]
+
+The baseline runs this very measurement in a child process over a temporary `git worktree` of REV (the
+checkout's own venv, with the worktree first on sys.path), so the ratio compares code, not machines or
+moments. Prints a table and records JSON under bench/results/.
+"""
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+from bench.solver_scaling import git_info, git_line, machine_info, machine_line
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "bench" / "results"
+REQUESTS = ("paper", "scarce_gpus", "link_bound")
+DEFAULT_BASELINE = "4888355"  # the last commit before numpy candidates and the candidate cache
+
+# Runs inside the code under test (this checkout or the baseline's worktree): prints {name: {cold, warm}} ms.
+_PROBE = """
+import json, statistics, sys, time
+from fleetplan import fixtures
+from fleetplan.models.codec import read_request
+from fleetplan.solver import candidates
+from fleetplan.solver.pipeline import resolve_profiles
+repeats, out = int(sys.argv[1]), {}
+clear = getattr(candidates, "clear_candidates_cache", lambda: None)
+for name in sys.argv[2:]:
+    request = read_request(fixtures.request_path(name))
+    table = resolve_profiles(request)
+    cold, warm = [], []
+    for _ in range(repeats):
+        clear()
+        start = time.perf_counter()
+        candidates.build_candidates(request, table)
+        cold.append((time.perf_counter() - start) * 1e3)
+        start = time.perf_counter()
+        candidates.build_candidates(request, table)
+        warm.append((time.perf_counter() - start) * 1e3)
+    out[name] = {"cold_ms": statistics.median(cold), "warm_ms": statistics.median(warm)}
+print(json.dumps(out))
+"""
+
+
+def probe(root: Path, repeats: int) -> dict:
+    """Run the measurement with `root`'s fleetplan first on the import path."""
+    code = f"import sys; sys.path.insert(0, {str(root)!r})\n" + _PROBE
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(repeats), *REQUESTS],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=1800,
+        check=True,
+    )
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def probe_baseline(rev: str, repeats: int) -> dict:
+    with tempfile.TemporaryDirectory(prefix="fleetplan-baseline-") as tmp:
+        tree = Path(tmp) / "tree"
+        subprocess.run(["git", "worktree", "add", "--detach", "-q", str(tree), rev], cwd=ROOT, check=True)
+        try:
+            return probe(tree, repeats)
+        finally:
+            subprocess.run(["git", "worktree", "remove", "--force", str(tree)], cwd=ROOT, check=False)
+
+
+def render(now: dict, base: dict, rev: str) -> str:
+    lines = [
+        f"| request | baseline {rev} (ms) | cold (ms) | warm, cached (ms) | cold speed-up | warm speed-up |",
+        "|---|---|---|---|---|---|",
+    ]
+    for name in REQUESTS:
+        b, c, w = base[name]["cold_ms"], now[name]["cold_ms"], now[name]["warm_ms"]
+        lines.append(f"| {name} | {b:.0f} | {c:.0f} | {w:.2f} | {b / c:.1f}x | {b / w:.0f}x |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--baseline", default=DEFAULT_BASELINE, help="git revision to compare against")
+    parser.add_argument("--repeats", type=int, default=5)
+    args = parser.parse_args(argv)
+    began = time.perf_counter()
+    machine, git = machine_info(), git_info()
+    now = probe(ROOT, args.repeats)
+    base = probe_baseline(args.baseline, args.repeats)
+    text = render(now, base, args.baseline)
+    print(machine_line(machine))
+    print(git_line(git))
+    print(text)
+    record = {
+        "benchmark": "candidates_speed",
+        "machine": machine,
+        "git": git,
+        "args": vars(args),
+        "wall_s": round(time.perf_counter() - began, 1),
+        "now": now,
+        "baseline": base,
+        "table": text,
+    }
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    for path in (RESULTS / f"candidates_speed-{stamp}.json", RESULTS / "candidates_speed-latest.json"):
+        path.write_text(json.dumps(record, indent=2, default=str) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
