@@ -7,15 +7,13 @@ Litestar DTO that makes that declaration decode through models.codec instead of 
 conversion, which is lax (it takes "4" for an int) and reports every error at the key "data".
 """
 
-import os
+import time
 from collections.abc import Generator
-from datetime import UTC, datetime
-from functools import partial
+from pathlib import Path
 from typing import Annotated, Any
 
 import anyio
 import anyio.to_thread
-import msgspec
 from litestar import Litestar, Request, get, post
 from litestar.datastructures import State
 from litestar.dto import AbstractDTO
@@ -28,22 +26,21 @@ from litestar.params import Body, Parameter, QueryParameter
 from litestar.typing import FieldDefinition
 
 from fleetplan import __version__
+from fleetplan.api.auth import auth_guard
 from fleetplan.api.errors import PROBLEM_JSON, problem_response
 from fleetplan.api.schemas import Health, Problem, ProfileSetSummary
+from fleetplan.api.service import check_plan_limits, check_upload_limits, upload_profile_set
+from fleetplan.api.settings import Settings, load_settings
+from fleetplan.api.workers import SolvePool, server_context
 from fleetplan.models.codec import convert, decode, decode_request
-from fleetplan.models.errors import InputError, ProfileMissing, SolverFailure
+from fleetplan.models.errors import ClientGone
 from fleetplan.models.plan import Plan, PlanRequest
 from fleetplan.models.profile import ProfileSetManifest, ProfileUpload
-from fleetplan.profiler.store import ProfileStore
-from fleetplan.solver import plan as solve
+from fleetplan.profiler.store import ProfileStore, bundled_root
 
 VERSION = __version__
-
-
-def solve_deadline_s(request: PlanRequest) -> float:
-    """How long POST /plan waits for solver.plan: HiGHS overshoots its time limit by 5-20%, and the
-    baselines and verification run after it, so the limit gets 50% plus 2 s of slack."""
-    return request.options.time_limit_s * 1.5 + 2.0
+# scope["state"] key: when the request arrived (time.monotonic()), set by the first middleware
+ARRIVED_KEY = "fleetplan.arrived"
 
 
 class _CodecDTO:
@@ -98,12 +95,18 @@ class UploadBody(_CodecDTO, AbstractDTO[ProfileUpload]):
 def _problems(*statuses: int) -> dict[int, ResponseSpec]:
     described = {
         400: "The body does not decode or breaks a rule; `field` names the offending input.",
-        409: "A profile set of that name exists; send ?replace=true to replace it.",
+        401: "A missing or invalid `Authorization: Bearer` token (writes, and reads under "
+        "FLEETPLAN_READ_AUTH); the answer carries `WWW-Authenticate: Bearer`.",
+        403: "Writes are disabled on this server (no API token configured, anonymous writes off).",
+        409: "A profile set of that name exists (send ?replace=true), or the name is a bundled set's.",
+        413: "The body is larger than the server's cap (FLEETPLAN_MAX_BODY_BYTES).",
         415: "The body is not declared as JSON (content-type application/json or a +json type).",
-        422: "A profile set, or profile rows the request needs, do not exist.",
+        422: "The request is over one of the server's caps (`field` names it, `detail` names the setting), "
+        "or a profile set, or profile rows the request needs, do not exist.",
         500: "A planner bug (a plan failed verification, or an unexpected error); logged.",
-        503: "The solver gave no plan within the time limit (POST /plan), or no writable profile store is "
-        "configured (POST /profiles).",
+        503: "No plan within options.time_limit_s (the work was stopped), every solver slot is busy and the "
+        "queue is full (both with `Retry-After`), or no writable profile store is configured "
+        "(POST /profiles).",
     }
     return {
         status: ResponseSpec(data_container=Problem, description=described[status], media_type=PROBLEM_JSON)
@@ -117,31 +120,48 @@ def _problems(*statuses: int) -> dict[int, ResponseSpec]:
     dto=CodecBody,
     return_dto=None,
     summary="Plan a fleet",
-    description="Decode a PlanRequest, solve the placement MILP, verify the plan, and return it.",
-    responses=_problems(400, 415, 422, 500, 503),
+    description=(
+        "Decode a PlanRequest, solve the placement MILP, verify the plan, and return it. "
+        "`options.time_limit_s` bounds the whole request (queue wait included) in wall-clock time."
+    ),
+    responses=_problems(400, 401, 403, 413, 415, 422, 500, 503),
     tags=["planning"],
 )
 async def post_plan(
-    data: Annotated[PlanRequest, Body(media_type=RequestEncodingType.JSON)], state: State
+    data: Annotated[PlanRequest, Body(media_type=RequestEncodingType.JSON)], request: Request, state: State
 ) -> Plan:
-    store: ProfileStore = state.store
-    deadline = solve_deadline_s(data)
-    with anyio.move_on_after(deadline) as scope:
-        plan = await anyio.to_thread.run_sync(
-            partial(_solve, data, store), abandon_on_cancel=True, limiter=state.solve_limiter
-        )
-    if scope.cancelled_caught:
-        msg = (
-            f"no plan within {deadline:g} s (time_limit_s={data.options.time_limit_s:g} plus slack; "
-            "the solver overran or the server is busy); retry, or lower time_limit_s"
-        )
-        raise SolverFailure(msg, field="options.time_limit_s")
+    arrived = request.scope.get("state", {}).get(ARRIVED_KEY) or time.monotonic()
+    check_plan_limits(data, state.settings)
+    return await plan_until(state.solves, data, state.store, arrived + data.options.time_limit_s, request)
+
+
+async def plan_until(
+    pool: SolvePool, data: PlanRequest, store: ProfileStore, at: float, request: Request
+) -> Plan:
+    """pool.run, cancelled (its child killed) if the client disconnects first."""
+    plan: Plan | None = None
+    error: Exception | None = None
+    async with anyio.create_task_group() as group:
+        group.start_soon(_cancel_on_disconnect, request, group.cancel_scope)
+        try:
+            plan = await pool.run(data, store, at)
+        except Exception as failed:  # raised as itself, not wrapped in the group's ExceptionGroup
+            error = failed
+        group.cancel_scope.cancel()
+    if error is not None:
+        raise error
+    if plan is None:
+        raise ClientGone("the client disconnected; its solve was stopped")
     return plan
 
 
-def _solve(request: PlanRequest, store: ProfileStore) -> Plan:
-    """What the worker thread runs (a seam the tests replace to simulate hangs and bugs)."""
-    return solve(request, store)
+async def _cancel_on_disconnect(request: Request, scope: anyio.CancelScope) -> None:
+    """The body is read, so the next ASGI message is the client's disconnect (if it comes first)."""
+    while True:
+        message = await request.receive()
+        if message["type"] == "http.disconnect":
+            scope.cancel()
+            return
 
 
 @get("/profiles", sync_to_thread=True, summary="List profile sets", tags=["profiles"])
@@ -186,40 +206,17 @@ def get_profile(
         "writable profile store; answers the stored manifest. An existing name is refused (409) unless "
         "`replace=true`, and even then is replaced only after validation succeeds."
     ),
-    responses=_problems(400, 409, 415, 503),
+    responses=_problems(400, 401, 403, 409, 413, 415, 422, 503),
     tags=["profiles"],
+    opt={"write": True},
 )
 def post_profiles(
     data: Annotated[ProfileUpload, Body(media_type=RequestEncodingType.JSON)],
     state: State,
     replace: Annotated[bool, QueryParameter(description="Replace an existing set of that name")] = False,
 ) -> ProfileSetManifest:
-    store: ProfileStore = state.store
-    return upload_profile_set(store, data, replace=replace)
-
-
-def upload_profile_set(store: ProfileStore, upload: ProfileUpload, *, replace: bool) -> ProfileSetManifest:
-    """Check the rows as a profile table (errors become 400s naming `rows` and the bad row numbers, which
-    are the upload's own indices) and save the set; nothing is written unless every check passes."""
-    import pandas as pd
-
-    from fleetplan.profiler.tables import check_rows_have_latencies
-
-    frame = pd.DataFrame(msgspec.to_builtins(upload.rows))
-    manifest = ProfileSetManifest(
-        name=upload.name,
-        description=upload.description,
-        sha256="",
-        rows=0,
-        generator="POST /profiles",
-        created=datetime.now(UTC).isoformat(timespec="seconds"),
-        sources=upload.sources,
-    )
-    try:
-        check_rows_have_latencies(frame)
-        return store.save(upload.name, frame, manifest, replace=replace)
-    except ProfileMissing as error:  # a table check: the upload's rows are at fault, so a 400
-        raise InputError(error.message, field="rows") from error
+    check_upload_limits(data, state.settings)
+    return upload_profile_set(state.store, data, replace=replace)
 
 
 def require_json_body(request: Request) -> None:
@@ -241,24 +238,44 @@ async def health() -> Health:
     return Health(status="ok", version=VERSION)
 
 
-def create_app(store: ProfileStore | None = None, *, max_concurrent_solves: int | None = None) -> Litestar:
-    """The service. `store` defaults to the bundled sets plus $FLEETPLAN_PROFILE_STORE, which is also
-    where POST /profiles writes (`store.writable`; without one, uploads answer 503).
+def default_store(settings: Settings) -> ProfileStore:
+    """The bundled sets plus the writable store of `settings.profile_store` (or $FLEETPLAN_PROFILE_STORE)."""
+    if settings.profile_store:
+        writable = Path(settings.profile_store)
+        return ProfileStore([bundled_root(), writable], writable=writable)
+    return ProfileStore()
 
-    `max_concurrent_solves` (default: the CPU count) bounds the worker threads running solver.plan;
-    a request waiting for one counts against its deadline.
+
+def create_app(
+    store: ProfileStore | None = None,
+    *,
+    settings: Settings | None = None,
+    max_concurrent_solves: int | None = None,
+    pool: SolvePool | None = None,
+) -> Litestar:
+    """The service. `settings` default to the environment's (fleetplan/api/settings.py); `store` to the
+    bundled sets plus the settings' writable profile store, which is where POST /profiles writes (without
+    one, uploads answer 503). `max_concurrent_solves` overrides the setting; `pool` replaces the solve
+    pool (tests use one whose children fork from the test process).
     """
-    limit = max_concurrent_solves or os.cpu_count() or 1
+    settings = settings or load_settings()
+    slots = max_concurrent_solves or settings.max_concurrent_solves
+    solves = pool or SolvePool(slots=slots, queue=settings.max_queued_solves, context=server_context)
 
-    def on_startup(app: Litestar) -> None:
-        # a CapacityLimiter binds to the running event loop, so it is made at startup
-        app.state.solve_limiter = anyio.CapacityLimiter(limit)
+    async def on_startup(app: Litestar) -> None:
+        await anyio.to_thread.run_sync(solves.warm)
+
+    def on_shutdown(app: Litestar) -> None:
+        solves.kill_all()  # queued and running solves end now; their requests answer 503
 
     return Litestar(
         route_handlers=[post_plan, post_profiles, list_profiles, get_profile, health],
-        state=State({"store": store or ProfileStore()}),
+        state=State({"store": store or default_store(settings), "settings": settings, "solves": solves}),
         on_startup=[on_startup],
+        on_shutdown=[on_shutdown],
         before_request=require_json_body,
+        guards=[auth_guard],
+        request_max_body_size=settings.max_body_bytes,
         exception_handlers={Exception: problem_response},
         openapi_config=OpenAPIConfig(
             title="fleetplan",
@@ -274,7 +291,7 @@ __all__ = [
     "CodecBody",
     "UploadBody",
     "create_app",
+    "default_store",
     "require_json_body",
-    "solve_deadline_s",
     "upload_profile_set",
 ]

@@ -97,6 +97,11 @@ def _http_problem(exc: HTTPException, request: Request[Any, Any, Any] | None) ->
         phrase = "Error"
     if status >= 500:
         detail = "the server failed unexpectedly; the error has been logged"
+    elif status == 413 and request is not None:
+        cap = request.app.state.settings.max_body_bytes
+        detail = (
+            f"body: larger than this server's cap of {cap} bytes (max_body_bytes, FLEETPLAN_MAX_BODY_BYTES)"
+        )
     elif exc.detail and exc.detail != phrase:
         detail = exc.detail  # a handler's own words, e.g. "unknown profile set 'x'"
     elif status == 404 and request is not None:
@@ -117,7 +122,9 @@ def problem_response(request: Request[Any, Any, Any], exc: Exception) -> Respons
     elif problem.status >= 500:
         # PlanVerificationError is a planner bug too: keep its traceback next to the generic ones
         logger.error("%s %s -> %s: %s", request.method, request.url.path, problem.status, exc, exc_info=exc)
-    headers = dict(getattr(exc, "headers", None) or {})  # e.g. Allow on 405
+    headers = dict(getattr(exc, "headers", None) or {})  # e.g. Allow on 405, WWW-Authenticate on 401
+    if isinstance(exc, SolverFailure) and problem.status == 503:
+        headers["Retry-After"] = str(getattr(exc, "retry_after_s", 1))
     return Response(content=problem, status_code=problem.status, media_type=PROBLEM_JSON, headers=headers)
 
 
