@@ -28,19 +28,18 @@ from litestar.typing import FieldDefinition
 from fleetplan import __version__
 from fleetplan.api.auth import auth_guard
 from fleetplan.api.errors import PROBLEM_JSON, problem_response
+from fleetplan.api.observe import ARRIVED_KEY, Metrics, metrics_endpoint, request_middleware
 from fleetplan.api.schemas import Health, Problem, ProfileSetSummary
 from fleetplan.api.service import check_plan_limits, check_upload_limits, upload_profile_set
 from fleetplan.api.settings import Settings, load_settings
 from fleetplan.api.workers import SolvePool, server_context
 from fleetplan.models.codec import convert, decode, decode_request
-from fleetplan.models.errors import ClientGone
+from fleetplan.models.errors import ClientGone, DeadlineExceeded, ServerBusy
 from fleetplan.models.plan import Plan, PlanRequest
 from fleetplan.models.profile import ProfileSetManifest, ProfileUpload
 from fleetplan.profiler.store import ProfileStore, bundled_root
 
 VERSION = __version__
-# scope["state"] key: when the request arrived (time.monotonic()), set by the first middleware
-ARRIVED_KEY = "fleetplan.arrived"
 
 
 class _CodecDTO:
@@ -132,26 +131,36 @@ async def post_plan(
 ) -> Plan:
     arrived = request.scope.get("state", {}).get(ARRIVED_KEY) or time.monotonic()
     check_plan_limits(data, state.settings)
-    return await plan_until(state.solves, data, state.store, arrived + data.options.time_limit_s, request)
+    return await plan_until(state, data, arrived + data.options.time_limit_s, request)
 
 
-async def plan_until(
-    pool: SolvePool, data: PlanRequest, store: ProfileStore, at: float, request: Request
-) -> Plan:
-    """pool.run, cancelled (its child killed) if the client disconnects first."""
+async def plan_until(state: State, data: PlanRequest, at: float, request: Request) -> Plan:
+    """state.solves.run, cancelled (its child killed) if the client disconnects first; counted."""
+    metrics: Metrics = state.metrics
     plan: Plan | None = None
     error: Exception | None = None
+    began = time.monotonic()
     async with anyio.create_task_group() as group:
         group.start_soon(_cancel_on_disconnect, request, group.cancel_scope)
         try:
-            plan = await pool.run(data, store, at)
+            plan = await state.solves.run(data, state.store, at)
         except Exception as failed:  # raised as itself, not wrapped in the group's ExceptionGroup
             error = failed
         group.cancel_scope.cancel()
+    if isinstance(error, ServerBusy):
+        metrics.rejected.inc()
+        raise error
+    metrics.solve_seconds.observe(time.monotonic() - began)
     if error is not None:
+        metrics.outcomes.labels("timeout" if isinstance(error, DeadlineExceeded) else "error").inc()
         raise error
     if plan is None:
+        metrics.outcomes.labels("disconnected").inc()
         raise ClientGone("the client disconnected; its solve was stopped")
+    metrics.outcomes.labels("plan").inc()
+    metrics.status.labels(plan.status).inc()
+    if plan.mip_gap is not None:
+        metrics.gap.observe(plan.mip_gap)
     return plan
 
 
@@ -269,8 +278,16 @@ def create_app(
         solves.kill_all()  # queued and running solves end now; their requests answer 503
 
     return Litestar(
-        route_handlers=[post_plan, post_profiles, list_profiles, get_profile, health],
-        state=State({"store": store or default_store(settings), "settings": settings, "solves": solves}),
+        route_handlers=[post_plan, post_profiles, list_profiles, get_profile, health, metrics_endpoint],
+        state=State(
+            {
+                "store": store or default_store(settings),
+                "settings": settings,
+                "solves": solves,
+                "metrics": Metrics(),
+            }
+        ),
+        middleware=[request_middleware],
         on_startup=[on_startup],
         on_shutdown=[on_shutdown],
         before_request=require_json_body,

@@ -165,6 +165,7 @@ def serve_command(
     import uvicorn
 
     from fleetplan.api.app import create_app
+    from fleetplan.api.observe import configure_logging
     from fleetplan.api.settings import SettingsError, load_settings
 
     try:
@@ -178,6 +179,7 @@ def serve_command(
         host=settings.host,
         port=settings.port,
         log_level=settings.log_level,
+        log_config=configure_logging(settings.log_format, settings.log_level),
         timeout_graceful_shutdown=settings.shutdown_grace_s,
     )
 

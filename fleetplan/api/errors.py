@@ -15,11 +15,20 @@ from litestar.exceptions import HTTPException, ValidationException
 
 from fleetplan.api.schemas import Problem
 from fleetplan.models.errors import (
+    ClientGone,
+    DeadlineExceeded,
+    EndpointError,
+    Forbidden,
     InputError,
+    LimitExceeded,
     PlannerError,
     PlanVerificationError,
     ProfileMissing,
+    ProfileSetExists,
+    ServerBusy,
     SolverFailure,
+    StoreNotWritable,
+    Unauthorized,
 )
 
 PROBLEM_JSON = "application/problem+json"
@@ -27,13 +36,27 @@ PROBLEM_TYPE = "urn:fleetplan:problem:{slug}"
 
 logger = logging.getLogger("fleetplan.api")
 
-# PlannerError subclass -> the `type` slug clients can switch on (docs/api.md lists them).
-_SLUGS: dict[type[PlannerError], str] = {
-    InputError: "invalid-request",
-    ProfileMissing: "profile-missing",
-    SolverFailure: "solver-failure",
-    PlanVerificationError: "plan-verification-failed",
+# Every PlannerError subclass -> (the `type` slug clients can switch on, its HTTP status): the one map
+# (docs/api.md lists it; tests/test_service.py checks that every subclass is in it).
+ERRORS: dict[type[PlannerError], tuple[str, int]] = {
+    cls: (slug, cls.status_code)
+    for cls, slug in [
+        (InputError, "invalid-request"),
+        (ProfileMissing, "profile-missing"),
+        (LimitExceeded, "over-limit"),
+        (Unauthorized, "unauthorized"),
+        (Forbidden, "forbidden"),
+        (ProfileSetExists, "profile-set-exists"),
+        (StoreNotWritable, "store-not-writable"),
+        (SolverFailure, "solver-failure"),
+        (DeadlineExceeded, "deadline-exceeded"),
+        (ServerBusy, "server-busy"),
+        (ClientGone, "client-gone"),
+        (PlanVerificationError, "plan-verification-failed"),
+        (EndpointError, "profiling-endpoint-error"),
+    ]
 }
+_SLUGS = {cls: slug for cls, (slug, _) in ERRORS.items()}
 
 
 def problem_for(exc: BaseException, request: Request[Any, Any, Any] | None = None) -> Problem:
@@ -128,4 +151,4 @@ def problem_response(request: Request[Any, Any, Any], exc: Exception) -> Respons
     return Response(content=problem, status_code=problem.status, media_type=PROBLEM_JSON, headers=headers)
 
 
-__all__ = ["PROBLEM_JSON", "problem_for", "problem_response"]
+__all__ = ["ERRORS", "PROBLEM_JSON", "problem_for", "problem_response"]

@@ -8,16 +8,16 @@ from datetime import UTC, datetime
 import msgspec
 
 from fleetplan.api.settings import Settings, env_name
-from fleetplan.models.errors import InputError, LimitExceeded, ProfileMissing
+from fleetplan.models.errors import InputError, LimitExceeded, ProfileMissing, ProfileSetExists
 from fleetplan.models.plan import PlanRequest
 from fleetplan.models.profile import ProfileSetManifest, ProfileUpload
-from fleetplan.profiler.store import ProfileSetExists, ProfileStore, bundled_root
+from fleetplan.profiler.store import ProfileStore, bundled_root
 
 
 def _cap(field: str, count: int, setting: str, cap: float, what: str) -> None:
     if count > cap:
         msg = (
-            f"{count:g} {what}; this server takes at most {setting}={cap:g} per request ({env_name(setting)})"
+            f"{count:g} {what}; this server takes at most {setting}={cap:g} ({env_name(setting)}) per request"
         )
         raise LimitExceeded(msg, field=field)
 

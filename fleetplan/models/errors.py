@@ -92,3 +92,24 @@ class ClientGone(SolverFailure):
     """The client disconnected before its plan was ready; its work was stopped (nobody reads the answer)."""
 
     title = "Client disconnected"
+
+
+class ProfileSetExists(PlannerError):
+    """A set of that name exists and the caller did not ask to replace it, or the name is a bundled set's."""
+
+    status_code = 409
+    title = "Profile set exists"
+
+
+class StoreNotWritable(PlannerError):
+    """No writable store root is configured (the bundled fixtures are read-only)."""
+
+    status_code = 503
+    title = "No writable profile store"
+
+
+class EndpointError(PlannerError):
+    """The server behind an engine endpoint refused, failed or answered something unusable."""
+
+    status_code = 502
+    title = "Engine endpoint failed"
