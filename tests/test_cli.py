@@ -161,13 +161,13 @@ def test_serve_runs_uvicorn_on_the_app(runner: CliRunner, monkeypatch: pytest.Mo
     from litestar import Litestar
 
     calls = []
-    monkeypatch.setattr(uvicorn, "run", lambda app, **kwargs: calls.append((app, kwargs)))
+    monkeypatch.setattr(uvicorn.Server, "run", lambda server, **kwargs: calls.append(server.config))
     result = runner.invoke(main, ["serve", "--host", "0.0.0.0", "--port", "8123"])
     assert result.exit_code == 0, result.stderr
-    ((app, kwargs),) = calls
-    assert isinstance(app, Litestar)
-    assert kwargs["host"] == "0.0.0.0"
-    assert kwargs["port"] == 8123
+    (config,) = calls
+    assert isinstance(config.app, Litestar)
+    assert config.host == "0.0.0.0"
+    assert config.port == 8123
 
 
 def test_help_is_fast_because_imports_are_lazy() -> None:

@@ -40,6 +40,8 @@ from fleetplan.models.profile import ProfileSetManifest, ProfileUpload
 from fleetplan.profiler.store import ProfileStore, bundled_root
 
 VERSION = __version__
+# the answer is due this long before time_limit_s ends: encoding and sending it
+SEND_RESERVE_S = 0.1
 
 
 class _CodecDTO:
@@ -131,7 +133,7 @@ async def post_plan(
 ) -> Plan:
     arrived = request.scope.get("state", {}).get(ARRIVED_KEY) or time.monotonic()
     check_plan_limits(data, state.settings)
-    return await plan_until(state, data, arrived + data.options.time_limit_s, request)
+    return await plan_until(state, data, arrived + data.options.time_limit_s - SEND_RESERVE_S, request)
 
 
 async def plan_until(state: State, data: PlanRequest, at: float, request: Request) -> Plan:

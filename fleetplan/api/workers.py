@@ -36,7 +36,7 @@ if TYPE_CHECKING:  # the parent never imports the solver stack (pandas, highspy)
 # the child stops its own work this long before the answer is due, to send it back in time
 SEND_MARGIN_S = 0.1
 # a child gets this long after its deadline before it is killed (it has usually ended by then)
-KILL_SLACK_S = 0.05
+KILL_SLACK_S = 0.0
 
 _server_context: BaseContext | None = None
 
@@ -179,6 +179,7 @@ class SolvePool:
     mean_solve_s: float = 1.0
     _slots: anyio.Semaphore | None = None
     _children: set[Child] = field(default_factory=set)
+    _waiters: set[anyio.CancelScope] = field(default_factory=set)
     closed: bool = False
 
     def _semaphore(self) -> anyio.Semaphore:
@@ -220,12 +221,16 @@ class SolvePool:
         self.waiting += 1
         acquired = False
         try:
-            with anyio.move_on_at(deadline_at):
+            with anyio.move_on_at(deadline_at) as waiting:
+                self._waiters.add(waiting)
                 await slots.acquire()
                 acquired = True
         finally:
             self.waiting -= 1
-        if not acquired:  # the budget went by in the queue (rare: admit() estimates the wait)
+            self._waiters.discard(waiting)
+        if not acquired:  # shutting down, or the budget went by in the queue (admit() estimates the wait)
+            if self.closed:
+                self._reject("the server is shutting down")
             self._reject(f"no solver slot freed within time_limit_s={request.options.time_limit_s:g}")
         self.running += 1
         began = time.monotonic()
@@ -243,7 +248,12 @@ class SolvePool:
         try:
             with anyio.move_on_at(deadline_at + KILL_SLACK_S):
                 await anyio.wait_readable(child.conn.fileno())
-                return await anyio.to_thread.run_sync(child.receive)
+                try:
+                    return await anyio.to_thread.run_sync(child.receive)
+                except WorkerCrashed:
+                    if self.closed:  # killed by the shutdown, not a bug
+                        self._reject("the server shut down before the plan was ready")
+                    raise
             raise _timed_out(request)
         finally:
             self._children.discard(child)
@@ -255,6 +265,13 @@ class SolvePool:
         process = self.context().Process(target=_noop, daemon=True)  # type: ignore[attr-defined]
         process.start()
         process.join()
+
+    def drain(self) -> None:
+        """Shutdown has begun (call in the event loop): refuse new work, answer every waiting request
+        503 now; running solves go on until the grace period ends or they finish."""
+        self.closed = True
+        for waiting in list(self._waiters):
+            waiting.cancel()
 
     def kill_all(self) -> None:
         """Shutdown: refuse new work and kill every running child (their requests answer 503)."""
