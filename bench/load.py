@@ -130,10 +130,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--clients", type=int, default=50)
     parser.add_argument("--seconds", type=float, default=30)
     parser.add_argument("--solves", type=int, default=2, help="FLEETPLAN_MAX_CONCURRENT_SOLVES")
+    parser.add_argument(
+        "--time-limit",
+        type=float,
+        default=60,
+        help="options.time_limit_s of the paper request (its own 10 s is too short on a loaded 2-core box)",
+    )
     args = parser.parse_args(argv)
     stamp = datetime.now(UTC)
     machine, git = machine_info(), git_info()
-    body = fixtures.request_path("paper").read_bytes()
+    request = json.loads(fixtures.request_path("paper").read_bytes())
+    request["options"]["time_limit_s"] = args.time_limit
+    body = json.dumps(request).encode()
     env = {"FLEETPLAN_MAX_CONCURRENT_SOLVES": str(args.solves), "FLEETPLAN_LOG_LEVEL": "warning"}
     with running_server(env) as server:
         # baseline in the same run: one paper request alone on the idle server
@@ -151,6 +159,7 @@ def main(argv: list[str] | None = None) -> int:
         "clients": args.clients,
         "seconds": args.seconds,
         "solver_slots": args.solves,
+        "time_limit_s": args.time_limit,
         "paper_alone_s": round(alone_s, 3),
         "paper_alone_status": alone.status_code,
         "rss_idle_kib": rss_idle,
@@ -161,7 +170,10 @@ def main(argv: list[str] | None = None) -> int:
     }
     print(machine_line(machine))
     print(git_line(git))
-    print(f"{args.clients} clients x {args.seconds:g} s of POST /plan (paper), {args.solves} solver slots")
+    print(
+        f"{args.clients} clients x {args.seconds:g} s of POST /plan "
+        f"(paper, time_limit_s {args.time_limit:g}), {args.solves} solver slots"
+    )
     print(f"  paper alone (baseline): {alone_s:.2f} s, status {alone.status_code}")
     print(f"  outcomes: {summary['outcomes']}  errors: {summary['errors'] or 0}")
     print(f"  plans/s {summary['plans_per_s']}, 200 p50 {summary['ok_p50_s']} s, p99 {summary['ok_p99_s']} s")

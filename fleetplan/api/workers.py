@@ -16,6 +16,7 @@ queue full, or that could not expect to start before its own deadline, is refuse
 import math
 import multiprocessing
 import multiprocessing.connection
+import os
 import signal
 import time
 from collections.abc import Callable
@@ -33,6 +34,8 @@ if TYPE_CHECKING:  # the parent never imports the solver stack (pandas, highspy)
     from fleetplan.profiler.store import ProfileStore
     from fleetplan.solver.deadline import Deadline
 
+# solves run at a lower CPU priority than the server's event loop
+CHILD_NICENESS = 5
 # the child stops its own work this long before the answer is due, to send it back in time
 SEND_MARGIN_S = 0.1
 # a child gets this long after its deadline before it is killed (it has usually ended by then)
@@ -71,6 +74,7 @@ def _child(
     from fleetplan.solver.deadline import Deadline
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when a child stops
+    os.nice(CHILD_NICENESS)  # the event loop (GET /health, admission, answers) goes first
     deadline = Deadline(at - SEND_MARGIN_S, request.options.time_limit_s)
     try:
         payload: tuple[Any, ...] = ("ok", plan_in_child(request, store, deadline))
