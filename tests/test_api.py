@@ -270,7 +270,7 @@ BAD_BODIES = {
         "workloads[0]",
         "unknown field `rate_rpss`",
     ),
-    "empty workloads": (_mutate(lambda b: b.update(workloads=[])), 400, "workloads", "empty"),
+    "empty workloads": (_mutate(lambda b: b.update(workloads=[])), 400, "workloads", "length >= 1"),
     "string for a number": (
         _mutate(lambda b: b["workloads"][0].update(rate_rps="20")),
         400,
@@ -287,7 +287,7 @@ BAD_BODIES = {
         _mutate(lambda b: b["options"].update(time_limit_s=0)),
         400,
         "options.time_limit_s",
-        "(0, 600]",
+        "> 0.0",
     ),
     "unknown profile set": (
         _mutate(lambda b: b.update(profiles={"set": "nope"})),

@@ -14,11 +14,11 @@ from typing import Annotated, Any
 
 import anyio
 import anyio.to_thread
-from litestar import Litestar, Request, get, post
+from litestar import Litestar, Request, Response, Router, get, post, route
 from litestar.datastructures import State
 from litestar.dto import AbstractDTO
 from litestar.dto.data_structures import DTOFieldDefinition
-from litestar.enums import RequestEncodingType
+from litestar.enums import HttpMethod, RequestEncodingType
 from litestar.exceptions import HTTPException, NotFoundException
 from litestar.openapi import OpenAPIConfig, ResponseSpec
 from litestar.openapi.spec import Reference, Schema
@@ -175,7 +175,14 @@ async def _cancel_on_disconnect(request: Request, scope: anyio.CancelScope) -> N
             return
 
 
-@get("/profiles", sync_to_thread=True, summary="List profile sets", tags=["profiles"])
+@route("/", http_method=[HttpMethod.OPTIONS], include_in_schema=False)
+async def profiles_options() -> Response[None]:
+    """OPTIONS /profiles, registered first: Litestar's own OPTIONS answer is made with the first handler
+    registered on a path, so its Allow header would list only GET or only POST."""
+    return Response(content=None, status_code=204, headers={"Allow": "GET, OPTIONS, POST"})
+
+
+@get("/", sync_to_thread=True, summary="List profile sets", tags=["profiles"])
 def list_profiles(state: State) -> list[ProfileSetSummary]:
     store: ProfileStore = state.store
     summaries = []
@@ -190,7 +197,7 @@ def list_profiles(state: State) -> list[ProfileSetSummary]:
 
 
 @get(
-    "/profiles/{name:str}",
+    "/{name:str}",
     sync_to_thread=True,
     summary="One profile set's manifest",
     responses={404: ResponseSpec(data_container=Problem, description="No such set", media_type=PROBLEM_JSON)},
@@ -206,7 +213,7 @@ def get_profile(
 
 
 @post(
-    "/profiles",
+    "/",
     status_code=201,
     dto=UploadBody,
     return_dto=None,
@@ -280,7 +287,12 @@ def create_app(
         solves.kill_all()  # queued and running solves end now; their requests answer 503
 
     return Litestar(
-        route_handlers=[post_plan, post_profiles, list_profiles, get_profile, health, metrics_endpoint],
+        route_handlers=[
+            post_plan,
+            Router("/profiles", route_handlers=[profiles_options, list_profiles, post_profiles, get_profile]),
+            health,
+            metrics_endpoint,
+        ],
         state=State(
             {
                 "store": store or default_store(settings),
