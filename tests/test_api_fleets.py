@@ -6,15 +6,32 @@ from litestar.testing import TestClient
 from store_helpers import tiny_request
 
 from fleetplan.api.app import create_app
+from fleetplan.api.settings import Settings
 from fleetplan.models.codec import to_builtins
+
+TOKEN = "fleet-writer-token"
 
 QUICK = {"gate": {"seeds": 1, "duration_s": 20.0, "warmup_s": 5.0}}
 
 
 @pytest.fixture
 def client(tmp_path):
-    with TestClient(create_app(database_url=f"sqlite:///{tmp_path / 'api.db'}")) as test_client:
+    app = create_app(database_url=f"sqlite:///{tmp_path / 'api.db'}", settings=Settings(api_token=TOKEN))
+    with TestClient(app) as test_client:
+        test_client.headers["Authorization"] = f"Bearer {TOKEN}"
         yield test_client
+
+
+def test_store_writes_need_the_token_and_reads_do_not(client):
+    body = to_builtins(tiny_request())
+    anonymous = client.put("/fleets/tiny", json=body, headers={"Authorization": ""})
+    assert anonymous.status_code == 401
+    assert anonymous.headers["content-type"].startswith("application/problem+json")
+    wrong = client.put("/fleets/tiny", json=body, headers={"Authorization": "Bearer nope"})
+    assert wrong.status_code == 401
+    assert client.get("/fleets", headers={"Authorization": ""}).status_code == 200
+    replan = client.post("/fleets/tiny/replan", json={}, headers={"Authorization": ""})
+    assert replan.status_code == 401
 
 
 def test_fleet_plan_and_run_routes(client):

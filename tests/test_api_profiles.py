@@ -13,7 +13,10 @@ from test_api import ROWS, inline_request
 
 from fleetplan.api.app import create_app
 from fleetplan.api.errors import PROBLEM_JSON
+from fleetplan.api.settings import Settings
 from fleetplan.profiler.store import ProfileStore, bundled_root
+
+TOKEN = "test-token"
 
 
 def upload(name: str = "uploaded", rows: list[dict[str, Any]] | None = None) -> dict[str, Any]:
@@ -32,7 +35,9 @@ def root(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def client(root: Path) -> Iterator[TestClient]:
-    with TestClient(app=create_app(ProfileStore([bundled_root()], writable=root))) as test_client:
+    app = create_app(ProfileStore([bundled_root()], writable=root), settings=Settings(api_token=TOKEN))
+    with TestClient(app=app) as test_client:
+        test_client.headers["Authorization"] = f"Bearer {TOKEN}"
         yield test_client
 
 
@@ -120,7 +125,8 @@ def test_existing_name_needs_replace_and_a_bad_replacement_keeps_the_old_set(cli
 
 
 def test_no_writable_store_is_a_503_that_says_so() -> None:
-    with TestClient(app=create_app(ProfileStore([bundled_root()]))) as test_client:
+    app = create_app(ProfileStore([bundled_root()]), settings=Settings(allow_anonymous_writes=True))
+    with TestClient(app=app) as test_client:
         body = problem(test_client.post("/profiles", json=upload()), 503)
     assert "FLEETPLAN_PROFILE_STORE" in body["detail"]
 

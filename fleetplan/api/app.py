@@ -7,20 +7,18 @@ Litestar DTO that makes that declaration decode through models.codec instead of 
 conversion, which is lax (it takes "4" for an int) and reports every error at the key "data".
 """
 
-import os
+import time
 from collections.abc import Generator
-from datetime import UTC, datetime
-from functools import partial
+from pathlib import Path
 from typing import Annotated, Any
 
 import anyio
 import anyio.to_thread
-import msgspec
-from litestar import Litestar, Request, get, post
+from litestar import Litestar, Request, Response, Router, get, post, route
 from litestar.datastructures import State
 from litestar.dto import AbstractDTO
 from litestar.dto.data_structures import DTOFieldDefinition
-from litestar.enums import RequestEncodingType
+from litestar.enums import HttpMethod, RequestEncodingType
 from litestar.exceptions import HTTPException, NotFoundException
 from litestar.openapi import OpenAPIConfig, ResponseSpec
 from litestar.openapi.spec import Reference, Schema
@@ -28,22 +26,22 @@ from litestar.params import Body, Parameter, QueryParameter
 from litestar.typing import FieldDefinition
 
 from fleetplan import __version__
+from fleetplan.api.auth import auth_guard
 from fleetplan.api.errors import PROBLEM_JSON, problem_response
+from fleetplan.api.observe import ARRIVED_KEY, Metrics, metrics_endpoint, request_middleware
 from fleetplan.api.schemas import Health, Problem, ProfileSetSummary
+from fleetplan.api.service import check_plan_limits, check_upload_limits, upload_profile_set
+from fleetplan.api.settings import Settings, load_settings
+from fleetplan.api.workers import SolvePool, server_context
 from fleetplan.models.codec import convert, decode, decode_request
-from fleetplan.models.errors import InputError, ProfileMissing, SolverFailure
+from fleetplan.models.errors import ClientGone, DeadlineExceeded, ServerBusy
 from fleetplan.models.plan import Plan, PlanRequest
 from fleetplan.models.profile import ProfileSetManifest, ProfileUpload
-from fleetplan.profiler.store import ProfileStore
-from fleetplan.solver import plan as solve
+from fleetplan.profiler.store import ProfileStore, bundled_root
 
 VERSION = __version__
-
-
-def solve_deadline_s(request: PlanRequest) -> float:
-    """How long POST /plan waits for solver.plan: HiGHS overshoots its time limit by 5-20%, and the
-    baselines and verification run after it, so the limit gets 50% plus 2 s of slack."""
-    return request.options.time_limit_s * 1.5 + 2.0
+# the answer is due this long before time_limit_s ends: encoding and sending it
+SEND_RESERVE_S = 0.1
 
 
 class _CodecDTO:
@@ -98,12 +96,19 @@ class UploadBody(_CodecDTO, AbstractDTO[ProfileUpload]):
 def _problems(*statuses: int) -> dict[int, ResponseSpec]:
     described = {
         400: "The body does not decode or breaks a rule; `field` names the offending input.",
-        409: "A profile set of that name exists; send ?replace=true to replace it.",
+        401: "A missing or invalid `Authorization: Bearer` token (writes, and reads under "
+        "FLEETPLAN_READ_AUTH); the answer carries `WWW-Authenticate: Bearer`.",
+        403: "Writes are disabled on this server (no API token configured, anonymous writes off).",
+        404: "A stored fleet, plan or run of that name or id does not exist.",
+        409: "A profile set of that name exists (send ?replace=true), or the name is a bundled set's.",
+        413: "The body is larger than the server's cap (FLEETPLAN_MAX_BODY_BYTES).",
         415: "The body is not declared as JSON (content-type application/json or a +json type).",
-        422: "A profile set, or profile rows the request needs, do not exist.",
+        422: "The request is over one of the server's caps (`field` names it, `detail` names the setting), "
+        "or a profile set, or profile rows the request needs, do not exist.",
         500: "A planner bug (a plan failed verification, or an unexpected error); logged.",
-        503: "The solver gave no plan within the time limit (POST /plan), or no writable profile store is "
-        "configured (POST /profiles).",
+        503: "No plan within options.time_limit_s (the work was stopped), every solver slot is busy and the "
+        "queue is full (both with `Retry-After`), no writable profile store is configured "
+        "(POST /profiles), or the database of fleets is unreachable or not migrated.",
     }
     return {
         status: ResponseSpec(data_container=Problem, description=described[status], media_type=PROBLEM_JSON)
@@ -117,34 +122,68 @@ def _problems(*statuses: int) -> dict[int, ResponseSpec]:
     dto=CodecBody,
     return_dto=None,
     summary="Plan a fleet",
-    description="Decode a PlanRequest, solve the placement MILP, verify the plan, and return it.",
-    responses=_problems(400, 415, 422, 500, 503),
+    description=(
+        "Decode a PlanRequest, solve the placement MILP, verify the plan, and return it. "
+        "`options.time_limit_s` bounds the whole request (queue wait included) in wall-clock time."
+    ),
+    responses=_problems(400, 401, 403, 413, 415, 422, 500, 503),
     tags=["planning"],
 )
 async def post_plan(
-    data: Annotated[PlanRequest, Body(media_type=RequestEncodingType.JSON)], state: State
+    data: Annotated[PlanRequest, Body(media_type=RequestEncodingType.JSON)], request: Request, state: State
 ) -> Plan:
-    store: ProfileStore = state.store
-    deadline = solve_deadline_s(data)
-    with anyio.move_on_after(deadline) as scope:
-        plan = await anyio.to_thread.run_sync(
-            partial(_solve, data, store), abandon_on_cancel=True, limiter=state.solve_limiter
-        )
-    if scope.cancelled_caught:
-        msg = (
-            f"no plan within {deadline:g} s (time_limit_s={data.options.time_limit_s:g} plus slack; "
-            "the solver overran or the server is busy); retry, or lower time_limit_s"
-        )
-        raise SolverFailure(msg, field="options.time_limit_s")
+    arrived = request.scope.get("state", {}).get(ARRIVED_KEY) or time.monotonic()
+    check_plan_limits(data, state.settings)
+    return await plan_until(state, data, arrived + data.options.time_limit_s - SEND_RESERVE_S, request)
+
+
+async def plan_until(state: State, data: PlanRequest, at: float, request: Request) -> Plan:
+    """state.solves.run, cancelled (its child killed) if the client disconnects first; counted."""
+    metrics: Metrics = state.metrics
+    plan: Plan | None = None
+    error: Exception | None = None
+    began = time.monotonic()
+    async with anyio.create_task_group() as group:
+        group.start_soon(_cancel_on_disconnect, request, group.cancel_scope)
+        try:
+            plan = await state.solves.run(data, state.store, at)
+        except Exception as failed:  # raised as itself, not wrapped in the group's ExceptionGroup
+            error = failed
+        group.cancel_scope.cancel()
+    if isinstance(error, ServerBusy):
+        metrics.rejected.inc()
+        raise error
+    metrics.solve_seconds.observe(time.monotonic() - began)
+    if error is not None:
+        metrics.outcomes.labels("timeout" if isinstance(error, DeadlineExceeded) else "error").inc()
+        raise error
+    if plan is None:
+        metrics.outcomes.labels("disconnected").inc()
+        raise ClientGone("the client disconnected; its solve was stopped")
+    metrics.outcomes.labels("plan").inc()
+    metrics.status.labels(plan.status).inc()
+    if plan.mip_gap is not None:
+        metrics.gap.observe(plan.mip_gap)
     return plan
 
 
-def _solve(request: PlanRequest, store: ProfileStore) -> Plan:
-    """What the worker thread runs (a seam the tests replace to simulate hangs and bugs)."""
-    return solve(request, store)
+async def _cancel_on_disconnect(request: Request, scope: anyio.CancelScope) -> None:
+    """The body is read, so the next ASGI message is the client's disconnect (if it comes first)."""
+    while True:
+        message = await request.receive()
+        if message["type"] == "http.disconnect":
+            scope.cancel()
+            return
 
 
-@get("/profiles", sync_to_thread=True, summary="List profile sets", tags=["profiles"])
+@route("/", http_method=[HttpMethod.OPTIONS], include_in_schema=False)
+async def profiles_options() -> Response[None]:
+    """OPTIONS /profiles, registered first: Litestar's own OPTIONS answer is made with the first handler
+    registered on a path, so its Allow header would list only GET or only POST."""
+    return Response(content=None, status_code=204, headers={"Allow": "GET, OPTIONS, POST"})
+
+
+@get("/", sync_to_thread=True, summary="List profile sets", tags=["profiles"])
 def list_profiles(state: State) -> list[ProfileSetSummary]:
     store: ProfileStore = state.store
     summaries = []
@@ -159,7 +198,7 @@ def list_profiles(state: State) -> list[ProfileSetSummary]:
 
 
 @get(
-    "/profiles/{name:str}",
+    "/{name:str}",
     sync_to_thread=True,
     summary="One profile set's manifest",
     responses={404: ResponseSpec(data_container=Problem, description="No such set", media_type=PROBLEM_JSON)},
@@ -175,7 +214,7 @@ def get_profile(
 
 
 @post(
-    "/profiles",
+    "/",
     status_code=201,
     dto=UploadBody,
     return_dto=None,
@@ -186,40 +225,17 @@ def get_profile(
         "writable profile store; answers the stored manifest. An existing name is refused (409) unless "
         "`replace=true`, and even then is replaced only after validation succeeds."
     ),
-    responses=_problems(400, 409, 415, 503),
+    responses=_problems(400, 401, 403, 409, 413, 415, 422, 503),
     tags=["profiles"],
+    opt={"write": True},
 )
 def post_profiles(
     data: Annotated[ProfileUpload, Body(media_type=RequestEncodingType.JSON)],
     state: State,
     replace: Annotated[bool, QueryParameter(description="Replace an existing set of that name")] = False,
 ) -> ProfileSetManifest:
-    store: ProfileStore = state.store
-    return upload_profile_set(store, data, replace=replace)
-
-
-def upload_profile_set(store: ProfileStore, upload: ProfileUpload, *, replace: bool) -> ProfileSetManifest:
-    """Check the rows as a profile table (errors become 400s naming `rows` and the bad row numbers, which
-    are the upload's own indices) and save the set; nothing is written unless every check passes."""
-    import pandas as pd
-
-    from fleetplan.profiler.tables import check_rows_have_latencies
-
-    frame = pd.DataFrame(msgspec.to_builtins(upload.rows))
-    manifest = ProfileSetManifest(
-        name=upload.name,
-        description=upload.description,
-        sha256="",
-        rows=0,
-        generator="POST /profiles",
-        created=datetime.now(UTC).isoformat(timespec="seconds"),
-        sources=upload.sources,
-    )
-    try:
-        check_rows_have_latencies(frame)
-        return store.save(upload.name, frame, manifest, replace=replace)
-    except ProfileMissing as error:  # a table check: the upload's rows are at fault, so a 400
-        raise InputError(error.message, field="rows") from error
+    check_upload_limits(data, state.settings)
+    return upload_profile_set(state.store, data, replace=replace)
 
 
 def require_json_body(request: Request) -> None:
@@ -241,41 +257,68 @@ async def health() -> Health:
     return Health(status="ok", version=VERSION)
 
 
+def default_store(settings: Settings) -> ProfileStore:
+    """The bundled sets plus the writable store of `settings.profile_store` (or $FLEETPLAN_PROFILE_STORE)."""
+    if settings.profile_store:
+        writable = Path(settings.profile_store)
+        return ProfileStore([bundled_root(), writable], writable=writable)
+    return ProfileStore()
+
+
 def create_app(
     store: ProfileStore | None = None,
     *,
+    settings: Settings | None = None,
     max_concurrent_solves: int | None = None,
+    pool: SolvePool | None = None,
     database_url: str | None = None,
 ) -> Litestar:
-    """The service. `store` defaults to the bundled sets plus $FLEETPLAN_PROFILE_STORE, which is also
-    where POST /profiles writes (`store.writable`; without one, uploads answer 503).
-
-    `max_concurrent_solves` (default: the CPU count) bounds the worker threads running solver.plan;
-    a request waiting for one counts against its deadline. `database_url`: the store of fleets, plans and
-    runs (fleetplan/api/fleets.py; default $FLEETPLAN_DATABASE_URL, else the user's SQLite file).
+    """The service. `settings` default to the environment's (fleetplan/api/settings.py); `store` to the
+    bundled sets plus the settings' writable profile store, which is where POST /profiles writes (without
+    one, uploads answer 503). `max_concurrent_solves` overrides the setting; `pool` replaces the solve
+    pool (tests use one whose children fork from the test process). `database_url`: the store of fleets,
+    plans and runs (fleetplan/api/fleets.py; default the settings', else the user's SQLite file).
     """
     from fleetplan.api.fleets import StoreHandle, fleets_router, open_store_at_startup
     from fleetplan.api.whatif import post_whatif  # it builds on this module's DTO base
 
-    limit = max_concurrent_solves or os.cpu_count() or 1
+    settings = settings or load_settings()
+    slots = max_concurrent_solves or settings.max_concurrent_solves
+    solves = pool or SolvePool(slots=slots, queue=settings.max_queued_solves, context=server_context)
 
-    def on_startup(app: Litestar) -> None:
-        # a CapacityLimiter binds to the running event loop, so it is made at startup
-        app.state.solve_limiter = anyio.CapacityLimiter(limit)
+    async def on_startup(app: Litestar) -> None:
+        # what-if sweeps run in worker threads, as many at a time as there are solve slots (a limiter binds
+        # to the running event loop, so it is made here)
+        app.state.solve_limiter = anyio.CapacityLimiter(slots)
+        await anyio.to_thread.run_sync(solves.warm)
+
+    def on_shutdown(app: Litestar) -> None:
+        solves.kill_all()  # queued and running solves end now; their requests answer 503
 
     return Litestar(
         route_handlers=[
             post_plan,
-            post_whatif,
-            post_profiles,
-            list_profiles,
-            get_profile,
+            Router("/profiles", route_handlers=[profiles_options, list_profiles, post_profiles, get_profile]),
             health,
+            metrics_endpoint,
+            post_whatif,
             fleets_router,
         ],
-        state=State({"store": store or ProfileStore(), "fleet_store": StoreHandle(database_url)}),
+        state=State(
+            {
+                "store": store or default_store(settings),
+                "settings": settings,
+                "solves": solves,
+                "metrics": Metrics(),
+                "fleet_store": StoreHandle(database_url or settings.database_url),
+            }
+        ),
+        middleware=[request_middleware],
         on_startup=[on_startup, open_store_at_startup],
+        on_shutdown=[on_shutdown],
         before_request=require_json_body,
+        guards=[auth_guard],
+        request_max_body_size=settings.max_body_bytes,
         exception_handlers={Exception: problem_response},
         openapi_config=OpenAPIConfig(
             title="fleetplan",
@@ -291,7 +334,7 @@ __all__ = [
     "CodecBody",
     "UploadBody",
     "create_app",
+    "default_store",
     "require_json_body",
-    "solve_deadline_s",
     "upload_profile_set",
 ]

@@ -9,6 +9,7 @@ Exit codes: 0 success, 2 bad input (the request, or the profile data it names: a
 """
 
 import sys
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
@@ -22,9 +23,13 @@ if TYPE_CHECKING:
     from fleetplan.profiler.calibrate import Calibration
     from fleetplan.profiler.store import ProfileStore
 
+_IMPORTED = time.monotonic()
 EXIT_INPUT = 2
 EXIT_SOLVER = 1
 EXIT_INTERRUPTED = 130
+# `plan` answers this long before its time limit ends: what the interpreter needs to exit (measured
+# 0.1-0.3 s on a loaded 2-core machine, bench/bounds.py)
+EXIT_RESERVE_S = 0.25
 
 
 def _fail(error: "PlannerError") -> NoReturn:
@@ -42,6 +47,22 @@ def _with_time_limit(request: "PlanRequest", seconds: float) -> "PlanRequest":
     data = to_builtins(request)
     data["options"]["time_limit_s"] = seconds
     return convert(data, PlanRequest)
+
+
+def _process_started() -> float:
+    """When this `fleetplan` process started, on the time.monotonic() clock (Linux: /proc), so that a
+    time limit covers the interpreter's start too; when this module was imported long after its process
+    started (a test runner, a notebook), or elsewhere, now."""
+    import os
+
+    now = time.monotonic()
+    try:
+        fields = Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()
+        uptime = float(Path("/proc/uptime").read_text().split()[0])
+        started = now - (uptime - int(fields[19]) / os.sysconf("SC_CLK_TCK"))
+    except (OSError, ValueError, IndexError):
+        return now
+    return started if 0 <= _IMPORTED - started < 2.0 else now
 
 
 def _request_path(_ctx: click.Context, _param: click.Parameter, value: str | None) -> Path | None:
@@ -71,7 +92,11 @@ def main() -> None:
 @click.option("--plain", is_flag=True, help="Plain-text tables even on a terminal with rich installed.")
 def plan_command(file: Path, as_json: bool, time_limit: float | None, plain: bool) -> None:
     """Plan the fleet described by the PlanRequest JSON in REQUEST: a file, or the name of a bundled
-    example (paper, scarce_gpus, link_bound, infeasible)."""
+    example (paper, scarce_gpus, link_bound, infeasible).
+
+    options.time_limit_s (or --time-limit) is a wall-clock budget for the whole command: the plan runs in
+    a child process that is killed when the budget ends (exit 1, "no plan within time_limit_s")."""
+    began = _process_started()  # options.time_limit_s bounds the whole command, start-up included
     from fleetplan.models.codec import read_request
     from fleetplan.models.errors import PlannerError
 
@@ -79,11 +104,14 @@ def plan_command(file: Path, as_json: bool, time_limit: float | None, plain: boo
         request = read_request(file)
         if time_limit is not None:
             request = _with_time_limit(request, time_limit)
-        from fleetplan.solver import plan
+        from fleetplan.api.workers import WorkerCrashed, solve_blocking
 
-        result = plan(request)
+        result = solve_blocking(request, None, began + request.options.time_limit_s - EXIT_RESERVE_S)
     except PlannerError as error:
         _fail(error)
+    except WorkerCrashed as error:
+        click.echo(f"error: the planner failed unexpectedly: {error}", err=True)
+        sys.exit(EXIT_SOLVER)
 
     if as_json:
         import msgspec
@@ -98,22 +126,56 @@ def plan_command(file: Path, as_json: bool, time_limit: float | None, plain: boo
         render(result, sys.stdout, plain=plain or not sys.stdout.isatty())
 
 
-@main.command("serve")
-@click.option("--host", default="127.0.0.1", show_default=True, help="Interface to bind.")
-@click.option("--port", default=8000, show_default=True, type=click.IntRange(0, 65535), help="TCP port.")
+def _settings_epilog() -> str:
+    from fleetplan.api.settings import describe
+
+    lines = ["\b", "Settings (environment; defaults < --config FILE < environment < options):"]
+    lines += [f"  {env:<36} {default:<12} {field}" for env, default, field in describe()]
+    lines.append("  FLEETPLAN_SETTINGS_FILE              unset        a TOML or JSON file of these settings")
+    return "\n".join(lines)
+
+
+@main.command("serve", epilog=_settings_epilog())
+@click.option("--host", default=None, help="Interface to bind (FLEETPLAN_HOST; default 127.0.0.1).")
+@click.option("--port", default=None, type=click.IntRange(0, 65535), help="TCP port (FLEETPLAN_PORT; 8000).")
+@click.option(
+    "--config",
+    "config",
+    type=click.Path(dir_okay=False, exists=True, path_type=Path),
+    metavar="FILE",
+    help="A settings file (TOML or JSON), below the environment in precedence.",
+)
 @click.option(
     "--log-level",
-    default="info",
-    show_default=True,
-    type=click.Choice(["critical", "error", "warning", "info", "debug"]),
+    default=None,
+    type=click.Choice(["debug", "info", "warning", "error"]),
+    help="FLEETPLAN_LOG_LEVEL; default info.",
 )
-def serve_command(host: str, port: int, log_level: str) -> None:
-    """Serve the HTTP API (POST /plan, GET /profiles, GET /health; OpenAPI at /schema)."""
-    import uvicorn
+@click.option(
+    "--log-format",
+    default=None,
+    type=click.Choice(["text", "json"]),
+    help="FLEETPLAN_LOG_FORMAT; default text.",
+)
+def serve_command(
+    host: str | None, port: int | None, config: Path | None, log_level: str | None, log_format: str | None
+) -> None:
+    """Serve the HTTP API (POST /plan, GET /profiles, GET /health, GET /metrics; OpenAPI at /schema).
 
+    SIGTERM or Ctrl-C: new requests are refused, in-flight ones get FLEETPLAN_SHUTDOWN_GRACE_S to finish,
+    then every running solve is killed and the server exits.
+    """
     from fleetplan.api.app import create_app
+    from fleetplan.api.server import serve
+    from fleetplan.api.settings import SettingsError, load_settings
 
-    uvicorn.run(create_app(), host=host, port=port, log_level=log_level)
+    try:
+        settings = load_settings(
+            file=config, host=host, port=port, log_level=log_level, log_format=log_format
+        )
+    except SettingsError as error:
+        raise click.UsageError(str(error)) from error
+    serve(create_app(settings=settings), settings)
 
 
 @main.command("profiles")

@@ -15,13 +15,22 @@ from litestar.exceptions import HTTPException, ValidationException
 
 from fleetplan.api.schemas import Problem
 from fleetplan.models.errors import (
+    ClientGone,
+    DeadlineExceeded,
+    EndpointError,
+    Forbidden,
     InputError,
+    LimitExceeded,
     NotFound,
     PlannerError,
     PlanVerificationError,
     ProfileMissing,
+    ProfileSetExists,
+    ServerBusy,
     SolverFailure,
+    StoreNotWritable,
     StoreUnavailable,
+    Unauthorized,
 )
 
 PROBLEM_JSON = "application/problem+json"
@@ -29,15 +38,29 @@ PROBLEM_TYPE = "urn:fleetplan:problem:{slug}"
 
 logger = logging.getLogger("fleetplan.api")
 
-# PlannerError subclass -> the `type` slug clients can switch on (docs/api.md lists them).
-_SLUGS: dict[type[PlannerError], str] = {
-    InputError: "invalid-request",
-    ProfileMissing: "profile-missing",
-    SolverFailure: "solver-failure",
-    PlanVerificationError: "plan-verification-failed",
-    NotFound: "not-found",
-    StoreUnavailable: "store-unavailable",
+# Every PlannerError subclass -> (the `type` slug clients can switch on, its HTTP status): the one map
+# (docs/api.md lists it; tests/test_service.py checks that every subclass is in it).
+ERRORS: dict[type[PlannerError], tuple[str, int]] = {
+    cls: (slug, cls.status_code)
+    for cls, slug in [
+        (InputError, "invalid-request"),
+        (ProfileMissing, "profile-missing"),
+        (LimitExceeded, "over-limit"),
+        (Unauthorized, "unauthorized"),
+        (Forbidden, "forbidden"),
+        (ProfileSetExists, "profile-set-exists"),
+        (StoreNotWritable, "store-not-writable"),
+        (SolverFailure, "solver-failure"),
+        (DeadlineExceeded, "deadline-exceeded"),
+        (ServerBusy, "server-busy"),
+        (ClientGone, "client-gone"),
+        (PlanVerificationError, "plan-verification-failed"),
+        (NotFound, "not-found"),
+        (StoreUnavailable, "store-unavailable"),
+        (EndpointError, "profiling-endpoint-error"),
+    ]
 }
+_SLUGS = {cls: slug for cls, (slug, _) in ERRORS.items()}
 
 
 def problem_for(exc: BaseException, request: Request[Any, Any, Any] | None = None) -> Problem:
@@ -101,6 +124,11 @@ def _http_problem(exc: HTTPException, request: Request[Any, Any, Any] | None) ->
         phrase = "Error"
     if status >= 500:
         detail = "the server failed unexpectedly; the error has been logged"
+    elif status == 413 and request is not None:
+        cap = request.app.state.settings.max_body_bytes
+        detail = (
+            f"body: larger than this server's cap of {cap} bytes (max_body_bytes, FLEETPLAN_MAX_BODY_BYTES)"
+        )
     elif exc.detail and exc.detail != phrase:
         detail = exc.detail  # a handler's own words, e.g. "unknown profile set 'x'"
     elif status == 404 and request is not None:
@@ -121,8 +149,10 @@ def problem_response(request: Request[Any, Any, Any], exc: Exception) -> Respons
     elif problem.status >= 500:
         # PlanVerificationError is a planner bug too: keep its traceback next to the generic ones
         logger.error("%s %s -> %s: %s", request.method, request.url.path, problem.status, exc, exc_info=exc)
-    headers = dict(getattr(exc, "headers", None) or {})  # e.g. Allow on 405
+    headers = dict(getattr(exc, "headers", None) or {})  # e.g. Allow on 405, WWW-Authenticate on 401
+    if isinstance(exc, SolverFailure) and problem.status == 503:
+        headers["Retry-After"] = str(getattr(exc, "retry_after_s", 1))
     return Response(content=problem, status_code=problem.status, media_type=PROBLEM_JSON, headers=headers)
 
 
-__all__ = ["PROBLEM_JSON", "problem_for", "problem_response"]
+__all__ = ["ERRORS", "PROBLEM_JSON", "problem_for", "problem_response"]

@@ -10,10 +10,10 @@ import os
 import threading
 from typing import Annotated, Any
 
-from litestar import Litestar, Router, get, post, put
+from litestar import Litestar, Response, Router, get, post, put, route
 from litestar.datastructures import State
 from litestar.dto import AbstractDTO
-from litestar.enums import RequestEncodingType
+from litestar.enums import HttpMethod, RequestEncodingType
 from litestar.params import Body, Parameter, QueryParameter
 
 from fleetplan.api.app import _CodecDTO, _problems
@@ -26,11 +26,14 @@ from fleetplan.store.repository import Repository
 
 WRITE = {"write": True}
 TAGS = ["fleets"]
+READ_PROBLEMS = _problems(400, 401, 404, 503)  # 400: a bad path or paging parameter
+WRITE_PROBLEMS = _problems(400, 401, 403, 404, 413, 415, 503)
 Limit = Annotated[int, QueryParameter(ge=1, le=500, description="Page size")]
 Offset = Annotated[int, QueryParameter(ge=0, description="Items to skip (newest first)")]
 FleetName = Annotated[str, Parameter(description="The fleet's name")]
-PlanId = Annotated[int, Parameter(description="A stored plan's id")]
-RunId = Annotated[int, Parameter(description="A run's id")]
+ID_MAX = 2**63 - 1  # ids are 64-bit database integers: a larger one names nothing (400, not a 500)
+PlanId = Annotated[int, Parameter(ge=1, le=ID_MAX, description="A stored plan's id")]
+RunId = Annotated[int, Parameter(ge=1, le=ID_MAX, description="A run's id")]
 
 
 class StoreHandle:
@@ -86,6 +89,13 @@ def _repo(state: State) -> Repository:
     return handle.get()
 
 
+@route("/fleets/{name:str}", http_method=[HttpMethod.OPTIONS], include_in_schema=False)
+async def fleet_options() -> Response[None]:
+    """OPTIONS /fleets/{name}, registered first: Litestar answers OPTIONS with the first handler registered on
+    a path, so its Allow header would list only PUT (as for /profiles in api/app.py)."""
+    return Response(content=None, status_code=204, headers={"Allow": "GET, OPTIONS, PUT"})
+
+
 @put(
     "/fleets/{name:str}",
     dto=FleetBody,
@@ -94,7 +104,7 @@ def _repo(state: State) -> Repository:
     opt=WRITE,
     status_code=200,
     summary="Store a fleet (a new version when the request changed)",
-    responses=_problems(400, 415),
+    responses=WRITE_PROBLEMS,
     tags=TAGS,
 )
 def put_fleet(
@@ -103,22 +113,40 @@ def put_fleet(
     return _repo(state).put_fleet(name, data)
 
 
-@get("/fleets", sync_to_thread=True, summary="List fleets", tags=TAGS)
+@get("/fleets", sync_to_thread=True, summary="List fleets", tags=TAGS, responses=READ_PROBLEMS)
 def list_fleets(state: State, limit: Limit = 100, offset: Offset = 0) -> list[FleetRecord]:
     return _repo(state).list_fleets(limit, offset)
 
 
-@get("/fleets/{name:str}", sync_to_thread=True, summary="One fleet, newest version", tags=TAGS)
+@get(
+    "/fleets/{name:str}",
+    sync_to_thread=True,
+    summary="One fleet, newest version",
+    tags=TAGS,
+    responses=READ_PROBLEMS,
+)
 def get_fleet(name: FleetName, state: State) -> FleetRecord:
     return _repo(state).get_fleet(name)
 
 
-@get("/fleets/{name:str}/plans", sync_to_thread=True, summary="A fleet's plans, newest first", tags=TAGS)
+@get(
+    "/fleets/{name:str}/plans",
+    sync_to_thread=True,
+    summary="A fleet's plans, newest first",
+    tags=TAGS,
+    responses=READ_PROBLEMS,
+)
 def list_plans(name: FleetName, state: State, limit: Limit = 20, offset: Offset = 0) -> list[PlanRecord]:
     return _repo(state).list_plans(name, limit, offset)
 
 
-@get("/fleets/{name:str}/plans/current", sync_to_thread=True, summary="A fleet's current plan", tags=TAGS)
+@get(
+    "/fleets/{name:str}/plans/current",
+    sync_to_thread=True,
+    summary="A fleet's current plan",
+    tags=TAGS,
+    responses=READ_PROBLEMS,
+)
 def current_plan(name: FleetName, state: State) -> PlanRecord:
     record = _repo(state).current_plan(name)
     if record is None:
@@ -126,7 +154,9 @@ def current_plan(name: FleetName, state: State) -> PlanRecord:
     return record
 
 
-@get("/plans/{plan_id:int}", sync_to_thread=True, summary="One stored plan", tags=TAGS)
+@get(
+    "/plans/{plan_id:int}", sync_to_thread=True, summary="One stored plan", tags=TAGS, responses=READ_PROBLEMS
+)
 def get_plan(plan_id: PlanId, state: State) -> PlanRecord:
     return _repo(state).get_plan(plan_id)
 
@@ -143,7 +173,7 @@ def get_plan(plan_id: PlanId, state: State) -> PlanRecord:
         "Solve with the newest profiles and forecast traffic, churn-limited, gate the plan in simulation and "
         "promote it in one transaction; answers the RUN (status promoted, unchanged, kept or failed)."
     ),
-    responses=_problems(400, 415),
+    responses=WRITE_PROBLEMS,
     tags=TAGS,
 )
 def post_replan(
@@ -155,13 +185,17 @@ def post_replan(
 
 
 @get(
-    "/fleets/{name:str}/runs", sync_to_thread=True, summary="A fleet's re-plan runs, newest first", tags=TAGS
+    "/fleets/{name:str}/runs",
+    sync_to_thread=True,
+    summary="A fleet's re-plan runs, newest first",
+    tags=TAGS,
+    responses=READ_PROBLEMS,
 )
 def list_runs(name: FleetName, state: State, limit: Limit = 20, offset: Offset = 0) -> list[Run]:
     return _repo(state).list_runs(name, limit, offset)
 
 
-@get("/runs/{run_id:int}", sync_to_thread=True, summary="One re-plan run", tags=TAGS)
+@get("/runs/{run_id:int}", sync_to_thread=True, summary="One re-plan run", tags=TAGS, responses=READ_PROBLEMS)
 def get_run(run_id: RunId, state: State) -> Run:
     return _repo(state).get_run(run_id)
 
@@ -169,6 +203,7 @@ def get_run(run_id: RunId, state: State) -> Run:
 fleets_router = Router(
     path="/",
     route_handlers=[
+        fleet_options,
         put_fleet,
         list_fleets,
         get_fleet,

@@ -16,9 +16,10 @@ from litestar.enums import RequestEncodingType
 from litestar.openapi import ResponseSpec
 from litestar.params import Body, QueryParameter
 
-from fleetplan.api.app import _CodecDTO, _problems, solve_deadline_s
+from fleetplan.api.app import _CodecDTO, _problems
 from fleetplan.models.codec import convert, decode, encode
 from fleetplan.models.errors import InputError, SolverFailure
+from fleetplan.models.plan import PlanRequest
 from fleetplan.models.whatif import WhatIfRequest, WhatIfResult
 from fleetplan.profiler.store import ProfileStore
 
@@ -35,6 +36,12 @@ class WhatIfBody(_CodecDTO, AbstractDTO[WhatIfRequest]):
 
     def decode_builtins(self, value: dict[str, Any]) -> WhatIfRequest:
         return convert(value, WhatIfRequest)
+
+
+def solve_deadline_s(request: PlanRequest) -> float:
+    """How long one plan of a sweep may take: its time limit, plus 50% and 2 s for HiGHS's overshoot, the
+    baselines and verification that run after it."""
+    return request.options.time_limit_s * 1.5 + 2.0
 
 
 def whatif_deadline_s(request: WhatIfRequest) -> float:
@@ -66,7 +73,7 @@ def _form(accept: str, plot: str | None) -> str:
         "(`Accept: image/svg+xml` or `image/png`)."
     ),
     responses={
-        **_problems(400, 415, 422, 500, 503),
+        **_problems(400, 401, 413, 415, 422, 500, 503),
         200: ResponseSpec(data_container=WhatIfResult, description="The sweep (JSON, CSV or a picture)."),
     },
     tags=["planning"],

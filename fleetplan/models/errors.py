@@ -60,3 +60,70 @@ class StoreUnavailable(PlannerError):
 
     status_code = 503
     title = "Store unavailable"
+
+
+class LimitExceeded(PlannerError):
+    """A request is over one of the service's caps (devices, workloads, links, profile rows, time limit):
+    a 422 whose message names the cap and its setting."""
+
+    status_code = 422
+    title = "Request over a service limit"
+
+
+class DeadlineExceeded(SolverFailure):
+    """The request's wall-clock budget (options.time_limit_s) ran out before a plan was ready; its work was
+    stopped. A 503: a smaller request or a longer time limit may succeed."""
+
+    title = "No plan within the time limit"
+
+
+class ServerBusy(SolverFailure):
+    """Every solver slot is busy and the queue in front of them is full (or would not start the request in
+    time): a 503 with `Retry-After`, answered at once."""
+
+    title = "Server busy"
+
+    def __init__(self, message: str, retry_after_s: int = 1) -> None:
+        super().__init__(message, field=None)
+        self.retry_after_s = retry_after_s
+
+
+class Unauthorized(PlannerError):
+    """No valid `Authorization: Bearer` token for a route that needs one (401)."""
+
+    status_code = 401
+    title = "Unauthorized"
+
+
+class Forbidden(PlannerError):
+    """Writes are switched off on this server (no token configured, anonymous writes off) (403)."""
+
+    status_code = 403
+    title = "Forbidden"
+
+
+class ClientGone(SolverFailure):
+    """The client disconnected before its plan was ready; its work was stopped (nobody reads the answer)."""
+
+    title = "Client disconnected"
+
+
+class ProfileSetExists(PlannerError):
+    """A set of that name exists and the caller did not ask to replace it, or the name is a bundled set's."""
+
+    status_code = 409
+    title = "Profile set exists"
+
+
+class StoreNotWritable(PlannerError):
+    """No writable store root is configured (the bundled fixtures are read-only)."""
+
+    status_code = 503
+    title = "No writable profile store"
+
+
+class EndpointError(PlannerError):
+    """The server behind an engine endpoint refused, failed or answered something unusable."""
+
+    status_code = 502
+    title = "Engine endpoint failed"

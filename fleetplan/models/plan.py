@@ -1,6 +1,8 @@
 """The request a planner takes and the plan it gives back (docs/api-contract.md)."""
 
-from typing import Literal
+from typing import Annotated, Literal
+
+from msgspec import Meta
 
 from fleetplan.models.base import (
     Base,
@@ -40,14 +42,14 @@ class Options(Base):
     # under "queueing" an optional cap on every admissible utilization; under "flat" the uniform headroom
     max_utilization: Fraction | None = None
     pooling: Pooling = "model"
-    batch_sizes: list[PositiveInt] | None = None
-    tp_degrees: list[PositiveInt] | None = None
+    batch_sizes: Annotated[list[PositiveInt], Meta(min_length=1)] | None = None
+    tp_degrees: Annotated[list[PositiveInt], Meta(min_length=1)] | None = None
     allow_colocated: bool = True
     allow_disaggregated: bool = True
     budget_per_hour: CostPerHour | None = None
     baseline_device: Name | None = None
-    time_limit_s: float = 10.0
-    mip_rel_gap: float = 1e-4
+    time_limit_s: Annotated[float, Meta(gt=0, le=600)] = 10.0
+    mip_rel_gap: Annotated[float, Meta(ge=0, lt=1)] = 1e-4
     solver: SolverName = "highs"
 
     def __post_init__(self) -> None:
@@ -70,8 +72,8 @@ class Options(Base):
 class PlanRequest(Base):
     """A fleet inventory, workload classes with SLOs, a profile set and options."""
 
-    devices: list[Device]
-    workloads: list[Workload]
+    devices: Annotated[list[Device], Meta(min_length=1)]
+    workloads: Annotated[list[Workload], Meta(min_length=1)]
     links: list[Link] = []
     kv_budget_gbps: Gbps | None = None
     models: list[ModelSpec] | None = None

@@ -1,6 +1,9 @@
 """Latency profiles: one row per measured (model, device, tp, batch, prompt_tokens) point."""
 
+from typing import Annotated
+
 import msgspec
+from msgspec import Meta
 
 from fleetplan.models.base import Base, Count, Milliseconds, Name, PositiveInt, Tokens, duplicates
 
@@ -34,7 +37,7 @@ class ProfilesSpec(Base):
     """Where a request's latencies come from: a stored or bundled set by name, or rows inline."""
 
     set: Name | None = None
-    rows: list[ProfileRow] | None = None
+    rows: Annotated[list[ProfileRow], Meta(min_length=1)] | None = None
 
     def __post_init__(self) -> None:
         if (self.set is None) == (self.rows is None):
@@ -99,7 +102,7 @@ class ProfileUpload(Base):
 
     name: Name
     description: str
-    rows: list[ProfileRow]
+    rows: Annotated[list[ProfileRow], Meta(min_length=1)]
     sources: dict[str, str] = {}
 
     def __post_init__(self) -> None:

@@ -30,7 +30,7 @@ import msgspec
 import pandas as pd
 
 from fleetplan import fixtures
-from fleetplan.models.errors import InputError, PlannerError, ProfileMissing
+from fleetplan.models.errors import InputError, ProfileMissing, ProfileSetExists, StoreNotWritable
 from fleetplan.models.profile import ProfileSetManifest
 from fleetplan.profiler.tables import ProfileTable, csv_bytes, from_frame, read_csv
 
@@ -43,20 +43,6 @@ def bundled_root() -> Path:
 
 VERSIONS = ".versions"
 KEEP_VERSIONS = 2  # the current version and the one before it (a reader may have just resolved it)
-
-
-class ProfileSetExists(PlannerError):
-    """A set of that name exists and the caller did not ask to replace it."""
-
-    status_code = 409
-    title = "Profile set exists"
-
-
-class StoreNotWritable(PlannerError):
-    """No writable store root is configured (the bundled fixtures are read-only)."""
-
-    status_code = 503
-    title = "No writable profile store"
 
 
 class ProfileStore:

@@ -17,6 +17,7 @@ from fleetplan.profiler.tables import ProfileTable, from_rows
 from fleetplan.solver import baselines, explain, extract
 from fleetplan.solver.backends import Termination, relative_gap
 from fleetplan.solver.candidates import build_candidates, check_profiles_cover
+from fleetplan.solver.deadline import Deadline
 from fleetplan.solver.formulation import Churn, pool_cost, previous_instances
 from fleetplan.solver.optimize import Outcome, optimize
 from fleetplan.solver.verify import verify
@@ -51,20 +52,26 @@ def plan(
     *,
     with_baselines: bool = True,
     churn: Churn | None = None,
+    deadline: Deadline | None = None,
 ) -> Plan:
     """Plan a fleet; raises a PlannerError subclass on bad input or when the solver gives no plan.
 
     `churn` (internal, the re-plan's): the plan in force, a limit on instances moved and a penalty per move
     (formulation.define_churn); the plan in force is then also the solver's start.
+    `deadline` (solver/deadline.py) is checked between stages and caps the solver's time limit, so that
+    the whole call, not only the solve, keeps to the caller's wall-clock budget.
     """
     began = time.perf_counter()
     table = resolve_profiles(request, store)
     check_profiles_cover(request, table)
+    _check(deadline, "the profile lookup")
     cand = build_candidates(request, table)
     if churn is not None:
         cand = dataclasses.replace(cand, churn=churn)
+    _check(deadline, "candidate generation")
     objective = request.options.objective
-    outcome, status = _solve(request, cand)
+    outcome, status = _solve(_within(request, deadline), cand)
+    _check(deadline, "the solve")
     values = outcome.values if outcome else None
 
     solution = _solution(cand, outcome, values)
@@ -79,6 +86,8 @@ def plan(
     base = None
     if with_baselines:
         remaining = request.options.time_limit_s - (time.perf_counter() - began)
+        if deadline is not None:
+            remaining = min(remaining, deadline.solver_time_limit(remaining))
         base = Baselines(gpu_only=baselines.gpu_only(cand, remaining), greedy=baselines.greedy(cand))
     info = _solver_info(request, outcome)
     bound, gap = _bound_and_gap(outcome, request)
@@ -105,11 +114,29 @@ def plan(
         objective_bound=objective_bound,
     )
     verify(request, result, table)
+    _check(deadline, "verification")
     if request.verify == "simulate" and status in ("optimal", "feasible"):
         from fleetplan.simulator import simulate
 
         result = msgspec.structs.replace(result, simulation=simulate(request, result, table))
     return result
+
+
+def _check(deadline: Deadline | None, stage: str) -> None:
+    if deadline is not None:
+        deadline.check(stage)
+
+
+def _within(request: PlanRequest, deadline: Deadline | None) -> PlanRequest:
+    """The request the optimizer sees: its time limit capped by what remains of the deadline."""
+    if deadline is None:
+        return request
+    limit = deadline.solver_time_limit(request.options.time_limit_s)
+    if limit >= request.options.time_limit_s:
+        return request
+    return msgspec.structs.replace(
+        request, options=msgspec.structs.replace(request.options, time_limit_s=limit)
+    )
 
 
 def _solve(request: PlanRequest, cand) -> tuple[Outcome | None, str]:

@@ -37,7 +37,7 @@ from typing import Any
 
 import httpx
 
-from fleetplan.models.errors import InputError, PlannerError
+from fleetplan.models.errors import EndpointError, InputError
 from fleetplan.profiler.engines.base import RequestTiming
 from fleetplan.profiler.engines.prompts import (
     UNKNOWN,
@@ -45,13 +45,6 @@ from fleetplan.profiler.engines.prompts import (
     prefix_caching_from_metrics,
     text_prompts,
 )
-
-
-class EndpointError(PlannerError):
-    """The server behind an engine endpoint refused, failed or answered something unusable."""
-
-    status_code = 502
-    title = "Engine endpoint failed"
 
 
 class OpenAIEngine:

@@ -1,0 +1,270 @@
+"""The production service's guards: settings, bearer auth on writes, caps (413/422), the bounded solve pool
+(503 + Retry-After, killed children), metrics and request ids.
+
+Nothing here solves a real plan except one tiny inline request; hangs are simulated by replacing
+workers.plan_in_child in children forked from the test process.
+"""
+
+import json
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from litestar.testing import TestClient
+from test_api import ROWS, assert_problem, inline_request, post
+
+import fleetplan.api.workers
+from fleetplan.api.app import create_app
+from fleetplan.api.auth import check_token
+from fleetplan.api.settings import Settings, SettingsError, load_settings
+from fleetplan.api.workers import SolvePool, cli_context
+from fleetplan.models.codec import decode_request
+from fleetplan.models.errors import DeadlineExceeded, Forbidden, ServerBusy, Unauthorized
+from fleetplan.profiler.store import ProfileStore, bundled_root
+
+TOKEN = "s3cret-token"
+
+
+def upload_body(name: str = "mine") -> dict[str, Any]:
+    return {"name": name, "description": "test", "rows": ROWS}
+
+
+# --- settings ------------------------------------------------------------------------------------------
+
+
+def test_settings_defaults_are_the_safe_ones() -> None:
+    s = load_settings(environ={})
+    assert s.host == "127.0.0.1"
+    assert s.api_token is None
+    assert not s.allow_anonymous_writes
+    assert not s.writes_open
+    assert s.max_concurrent_solves == (os.cpu_count() or 1)
+
+
+def test_settings_precedence_file_then_env_then_overrides(tmp_path: Path) -> None:
+    file = tmp_path / "fleetplan.toml"
+    file.write_text('port = 9000\nmax_workloads = 10\nlog_format = "json"\n')
+    env = {
+        "FLEETPLAN_PORT": "9100",
+        "FLEETPLAN_ALLOW_ANONYMOUS_WRITES": "1",
+        "FLEETPLAN_SETTINGS_FILE": str(file),
+    }
+    s = load_settings(environ=env, port=None, host="0.0.0.0")
+    assert (s.port, s.max_workloads, s.log_format, s.host) == (9100, 10, "json", "0.0.0.0")
+    assert s.allow_anonymous_writes is True
+    assert load_settings(environ=env, port=9200).port == 9200
+
+
+@pytest.mark.parametrize(
+    ("env", "says"),
+    [
+        ({"FLEETPLAN_PORT": "eighty"}, "port (FLEETPLAN_PORT)"),
+        ({"FLEETPLAN_MAX_WORKLOADS": "0"}, "max_workloads (FLEETPLAN_MAX_WORKLOADS)"),
+        ({"FLEETPLAN_LOG_FORMAT": "xml"}, "log_format (FLEETPLAN_LOG_FORMAT)"),
+    ],
+)
+def test_a_bad_setting_names_itself(env: dict[str, str], says: str) -> None:
+    with pytest.raises(SettingsError, match=f"^{says.replace('(', '[(]').replace(')', '[)]')}"):
+        load_settings(environ=env)
+
+
+def test_an_unknown_key_in_the_file_is_refused(tmp_path: Path) -> None:
+    file = tmp_path / "s.json"
+    file.write_text('{"max_workload": 3}')
+    with pytest.raises(SettingsError, match="unknown setting"):
+        load_settings(environ={}, file=file)
+
+
+def test_the_token_never_shows_in_the_settings_repr() -> None:
+    assert TOKEN not in repr(Settings(api_token=TOKEN))
+
+
+# --- auth ----------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("settings", "presented", "write", "outcome"),
+    [
+        (Settings(), None, False, None),  # reads open by default
+        (Settings(), TOKEN, True, Forbidden),  # no token configured: writes refused, whatever is sent
+        (Settings(allow_anonymous_writes=True), None, True, None),
+        (Settings(api_token=TOKEN), None, True, Unauthorized),
+        (Settings(api_token=TOKEN), TOKEN + "x", True, Unauthorized),
+        (Settings(api_token=TOKEN), TOKEN, True, None),
+        (Settings(api_token=TOKEN, read_auth=True), None, False, Unauthorized),
+        (Settings(api_token=TOKEN, read_auth=True), TOKEN, False, None),
+        (Settings(read_auth=True), None, False, Forbidden),
+    ],
+)
+def test_check_token(settings: Settings, presented: str | None, write: bool, outcome: type | None) -> None:
+    if outcome is None:
+        check_token(settings, presented, write=write)
+    else:
+        with pytest.raises(outcome):
+            check_token(settings, presented, write=write)
+
+
+@pytest.fixture
+def token_client(tmp_path: Path) -> Iterator[TestClient]:
+    store = ProfileStore([bundled_root()], writable=tmp_path)
+    settings = Settings(api_token=TOKEN, max_body_bytes=20_000, max_workloads=2, max_profile_rows=8)
+    with TestClient(app=create_app(store, settings=settings)) as client:
+        yield client
+
+
+def _upload(client: TestClient, body: dict[str, Any], token: str | None, query: str = "") -> Any:
+    headers = {"content-type": "application/json"}
+    if token is not None:
+        headers["authorization"] = f"Bearer {token}"
+    return client.post(f"/profiles{query}", content=json.dumps(body), headers=headers)
+
+
+def test_writes_need_the_token_and_the_token_is_not_echoed(token_client: TestClient, tmp_path: Path) -> None:
+    missing = _upload(token_client, upload_body(), None)
+    assert_problem(missing, 401, "Authorization")
+    assert missing.headers["www-authenticate"].startswith("Bearer")
+    wrong = _upload(token_client, upload_body(), "not-it")
+    assert_problem(wrong, 401, "Authorization", says="not valid")
+    assert "not-it" not in wrong.text
+    assert TOKEN not in wrong.text
+    assert not (tmp_path / "mine").exists()  # nothing stored by the refused writes
+    ok = _upload(token_client, upload_body(), TOKEN)
+    assert ok.status_code == 201, ok.text
+    assert (tmp_path / "mine" / "profile.csv").is_file()
+    # reads stay open
+    assert token_client.get("/profiles/mine").status_code == 200
+
+
+def test_writes_are_refused_without_a_configured_token(tmp_path: Path) -> None:
+    store = ProfileStore([bundled_root()], writable=tmp_path)
+    with TestClient(app=create_app(store, settings=Settings())) as client:
+        assert_problem(_upload(client, upload_body(), "anything"), 403, says="no API token is configured")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_bundled_set_cannot_be_overwritten(token_client: TestClient) -> None:
+    response = _upload(token_client, upload_body("paper"), TOKEN, "?replace=true")
+    assert_problem(response, 409, "name", says="bundled profile set")
+
+
+# --- caps ----------------------------------------------------------------------------------------------
+
+
+def test_an_oversized_body_is_413_naming_the_cap(token_client: TestClient) -> None:
+    response = post(token_client, b"[" + b"0," * 20_000 + b"0]")
+    assert_problem(response, 413, says="20000 bytes")
+
+
+def test_a_request_over_a_cap_is_422_naming_the_cap(token_client: TestClient) -> None:
+    body = inline_request()
+    body["workloads"] = [dict(body["workloads"][0], name=f"c{i}") for i in range(3)]
+    assert_problem(
+        post(token_client, body), 422, "workloads", says="max_workloads=2 (FLEETPLAN_MAX_WORKLOADS)"
+    )
+    body = inline_request()
+    body["profiles"]["rows"] = ROWS + [dict(ROWS[0], prompt_tokens=4096)]  # 9 rows > 8
+    assert_problem(post(token_client, body), 422, "profiles.rows", says="max_profile_rows=8")
+    body = inline_request()
+    body["options"]["time_limit_s"] = 61
+    assert_problem(post(token_client, body), 422, "options.time_limit_s", says="max_time_limit_s=60")
+    rows9 = upload_body()
+    rows9["rows"] = ROWS + [dict(ROWS[0], prompt_tokens=4096)]
+    assert_problem(_upload(token_client, rows9, TOKEN), 422, "rows", says="max_profile_rows=8")
+
+
+# --- the solve pool ------------------------------------------------------------------------------------
+
+
+def _hang(request: object, store: object, deadline: object) -> None:
+    time.sleep(60)
+
+
+def _request(limit: float) -> Any:
+    body = inline_request()
+    body["options"]["time_limit_s"] = limit
+    return decode_request(json.dumps(body))
+
+
+def test_a_full_queue_is_refused_at_once_and_timed_out_children_are_killed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(fleetplan.api.workers, "plan_in_child", _hang)
+    pool = SolvePool(slots=1, queue=1, context=cli_context)
+    outcomes: dict[str, Any] = {}
+
+    async def one(name: str, delay: float) -> None:
+        await anyio.sleep(delay)
+        began = time.monotonic()
+        try:
+            await pool.run(_request(1.0), None, time.monotonic() + 1.0)
+        except (ServerBusy, DeadlineExceeded) as error:
+            outcomes[name] = (error, time.monotonic() - began)
+
+    async def main() -> None:
+        async with anyio.create_task_group() as group:
+            group.start_soon(one, "running", 0)
+            group.start_soon(one, "queued", 0.2)
+            group.start_soon(one, "refused", 0.4)
+
+    anyio.run(main)
+    running, running_s = outcomes["running"]
+    assert isinstance(running, DeadlineExceeded)
+    assert running_s < 1.5
+    refused, refused_s = outcomes["refused"]
+    assert isinstance(refused, ServerBusy)
+    assert refused_s < 0.1  # at once, not after a wait
+    assert refused.retry_after_s >= 1
+    queued, _ = outcomes["queued"]  # waited for the slot and then ran out of its own budget
+    assert isinstance(queued, ServerBusy | DeadlineExceeded)
+    assert pool.running == pool.waiting == 0
+    assert not pool._children  # every child reaped
+
+
+def test_busy_answer_is_503_with_retry_after(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    pool = SolvePool(slots=1, queue=0, context=cli_context)
+    pool.running = 1  # as if a solve held the only slot
+    with TestClient(app=create_app(ProfileStore([bundled_root()]), settings=Settings(), pool=pool)) as client:
+        response = post(client, inline_request())
+        problem = assert_problem(response, 503, says="solver slots are busy")
+        assert int(response.headers["retry-after"]) >= 1
+        assert problem["type"].endswith("server-busy")
+        metrics = client.get("/metrics").text
+    assert "fleetplan_solves_rejected_total 1.0" in metrics
+
+
+# --- metrics and request ids ---------------------------------------------------------------------------
+
+
+def test_metrics_and_request_ids(tmp_path: Path) -> None:
+    with TestClient(app=create_app(ProfileStore([bundled_root()]), settings=Settings())) as client:
+        ok = post(client, inline_request())
+        assert ok.status_code == 200, ok.text
+        assert len(ok.headers["x-request-id"]) == 32  # generated
+        mine = client.get("/health", headers={"X-Request-ID": "abc-123"})
+        assert mine.headers["x-request-id"] == "abc-123"
+        odd = client.get("/health", headers={"X-Request-ID": "bad id\twith spaces"})
+        assert odd.headers["x-request-id"] != "bad id\twith spaces"
+        text = client.get("/metrics").text
+    assert 'fleetplan_http_requests_total{method="POST",route="/plan",status="200"} 1.0' in text
+    assert 'fleetplan_http_requests_total{method="GET",route="/health",status="200"} 2.0' in text
+    assert 'fleetplan_plans_total{status="optimal"} 1.0' in text
+    assert "fleetplan_solve_seconds_count 1.0" in text
+    assert "fleetplan_plan_mip_gap_count 1.0" in text
+    assert "fleetplan_solves_in_flight 0.0" in text
+
+
+def test_every_planner_error_has_its_slug_and_status_in_the_one_map() -> None:
+    import fleetplan.models.errors as errors_module
+    from fleetplan.api.errors import ERRORS
+    from fleetplan.models.errors import PlannerError
+
+    classes = {
+        c for c in vars(errors_module).values() if isinstance(c, type) and issubclass(c, PlannerError)
+    } - {PlannerError}
+    assert classes <= ERRORS.keys(), classes - ERRORS.keys()
+    assert len({slug for slug, _ in ERRORS.values()}) == len(ERRORS)  # slugs are unique
+    assert all(status == cls.status_code for cls, (_, status) in ERRORS.items())
