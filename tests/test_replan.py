@@ -196,3 +196,40 @@ def test_cli_replan_of_the_paper_fleet_with_an_azure_trace(tmp_path):
     assert run.forecast.method == "constant"
     assert [c.name for c in run.forecast.classes] == [w.name for w in request.workloads]
     assert run.diff.moves == 0
+
+
+def _store_with(tmp_path, sets: dict[str, tuple[pd.DataFrame, str]]):
+    from fleetplan.models.profile import ProfileSetManifest
+    from fleetplan.profiler.store import ProfileStore, bundled_root
+
+    root = tmp_path / "profiles"
+    store = ProfileStore([bundled_root(), root], writable=root)
+    for name, (frame, created) in sets.items():
+        manifest = ProfileSetManifest(
+            name=name, description="test", sha256="", rows=0, generator="test", created=created
+        )
+        store.save(name, frame, manifest)
+    return store
+
+
+def test_profiles_null_takes_the_newest_set_that_covers_the_fleet(tmp_path):
+    """REPLAN `profiles: null`: the newest stored set with every model and device of the fleet; a newer set
+    that lacks a fleet device does not count, and without a newer covering set the fleet keeps its own."""
+    from fleetplan.replan.service import newest_profiles
+
+    rows = paper_rows().assign(source="test")
+    only_a6000 = rows[rows["device"] == "a6000ada"]
+    store = _store_with(
+        tmp_path,
+        {
+            "mine": (rows, "2026-11-01"),
+            "newer": (faster_inf2_decode(rows), "2026-11-20"),
+            "newest-partial": (only_a6000, "2026-11-22"),
+        },
+    )
+    fleet = msgspec.structs.replace(tiny_request(), profiles=ProfilesSpec(set="mine"))
+    assert newest_profiles(fleet, store) == ProfilesSpec(set="newer")
+    newer_fleet = msgspec.structs.replace(fleet, profiles=ProfilesSpec(set="newer"))
+    assert newest_profiles(newer_fleet, store) == ProfilesSpec(set="newer")
+    inline = tiny_request()
+    assert newest_profiles(inline, store) is inline.profiles

@@ -16,6 +16,7 @@ import msgspec
 
 from fleetplan.models.errors import InputError, PlannerError, PlanVerificationError, SolverFailure
 from fleetplan.models.plan import Plan, PlanRequest
+from fleetplan.models.profile import ProfilesSpec
 from fleetplan.models.store import (
     ForecastReport,
     ForecastSpec,
@@ -69,6 +70,8 @@ def _replan(
     forecast: ForecastReport | None = None
     try:
         request, forecast = replan_request(record.request, order)
+        if order.profiles is None:
+            request = msgspec.structs.replace(request, profiles=newest_profiles(request, profile_store))
         table = pipeline.resolve_profiles(request, profile_store)
         churn = _churn(current, request, order)
         # no baselines: the run compares the new plan with the plan in force, not with the GPU-only or
@@ -97,6 +100,25 @@ def _replan(
         reason = "dry run: the new plan passed the gate and was not promoted"
         return repo.finish_run(run.id, status="kept", reason=reason, **outcome)
     return repo.finish_run(run.id, status="promoted", reason=None, promote=True, **outcome)
+
+
+def newest_profiles(request: PlanRequest, store: ProfileStore | None) -> ProfilesSpec:
+    """`profiles: null` in a REPLAN: the newest stored set (by its manifest's `created`, then name) with rows
+    for every model and every device of the fleet; the fleet's own profiles when no set covers it all (or
+    when they are inline rows)."""
+    if request.profiles.set is None:
+        return request.profiles
+    store = store or ProfileStore()
+    models = {w.model for w in request.workloads}
+    devices = {d.name for d in request.devices}
+    dated = sorted(((store.manifest(name).created, name) for name in store.names()), reverse=True)
+    for _, name in dated:
+        if name == request.profiles.set:
+            break  # nothing newer covers the fleet: keep its own set
+        frame = store.load(name).frame
+        if models <= set(frame["model"]) and devices <= set(frame["device"]):
+            return ProfilesSpec(set=name)
+    return request.profiles
 
 
 def replan_request(
