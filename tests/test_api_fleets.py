@@ -1,6 +1,7 @@
 """The store's HTTP routes: fleets, plans, runs and replan over a real SQLite file, problem+json errors,
 write routes marked for the auth guard, and the schema documenting them."""
 
+import anyio
 import pytest
 from litestar.testing import TestClient
 from store_helpers import tiny_request
@@ -87,3 +88,23 @@ def test_write_routes_are_marked_and_documented(client):
     paths = client.get("/schema/openapi.json").json()["paths"]
     for path in ("/fleets", "/fleets/{name}", "/fleets/{name}/replan", "/runs/{run_id}", "/plans/{plan_id}"):
         assert path in paths
+
+
+class _BusyLimiter:
+    """Every solve slot taken (what anyio.CapacityLimiter.acquire_nowait does then)."""
+
+    def acquire_nowait(self) -> None:
+        raise anyio.WouldBlock
+
+    def release(self) -> None:  # pragma: no cover - never acquired
+        raise AssertionError("released a slot it never took")
+
+
+def test_a_replan_with_every_solve_slot_busy_answers_503_at_once(client):
+    assert client.put("/fleets/tiny", json=to_builtins(tiny_request())).status_code == 200
+    client.app.state.solve_limiter = _BusyLimiter()
+    busy = client.post("/fleets/tiny/replan", json={})
+    assert busy.status_code == 503
+    assert busy.headers["content-type"].startswith("application/problem+json")
+    assert int(busy.headers["Retry-After"]) >= 1
+    assert client.get("/fleets/tiny/runs").json() == []  # refused before any run was recorded

@@ -8,8 +8,11 @@ create_app's `database_url`), else at the first store request (the default SQLit
 
 import os
 import threading
+from functools import partial
 from typing import Annotated, Any
 
+import anyio
+import anyio.to_thread
 from litestar import Litestar, Response, Router, get, post, put, route
 from litestar.datastructures import State
 from litestar.dto import AbstractDTO
@@ -18,7 +21,7 @@ from litestar.params import Body, Parameter, QueryParameter
 
 from fleetplan.api.app import _CodecDTO, _problems
 from fleetplan.models.codec import convert, decode, decode_request
-from fleetplan.models.errors import NotFound
+from fleetplan.models.errors import NotFound, ServerBusy
 from fleetplan.models.plan import PlanRequest
 from fleetplan.models.store import FleetRecord, PlanRecord, ReplanRequest, Run
 from fleetplan.store.engine import DATABASE_ENV
@@ -165,7 +168,6 @@ def get_plan(plan_id: PlanId, state: State) -> PlanRecord:
     "/fleets/{name:str}/replan",
     dto=ReplanBody,
     return_dto=None,
-    sync_to_thread=True,
     opt=WRITE,
     status_code=200,
     summary="Re-plan a fleet",
@@ -176,9 +178,23 @@ def get_plan(plan_id: PlanId, state: State) -> PlanRecord:
     responses=WRITE_PROBLEMS,
     tags=TAGS,
 )
-def post_replan(
+async def post_replan(
     name: FleetName, data: Annotated[ReplanRequest, Body(media_type=RequestEncodingType.JSON)], state: State
 ) -> Run:
+    """The re-plan runs in a worker thread holding one of the server's solve slots (`solve_limiter`, shared
+    with POST /whatif); with every slot busy the answer is an immediate 503 with Retry-After."""
+    limiter: anyio.CapacityLimiter = state.solve_limiter
+    try:
+        limiter.acquire_nowait()
+    except anyio.WouldBlock:
+        raise ServerBusy("every solve slot is busy with another re-plan or sweep; retry shortly") from None
+    try:
+        return await anyio.to_thread.run_sync(partial(_replan, state, name, data))
+    finally:
+        limiter.release()
+
+
+def _replan(state: State, name: str, data: ReplanRequest) -> Run:
     from fleetplan.replan import replan
 
     return replan(_repo(state), name, data, profile_store=state.store)
