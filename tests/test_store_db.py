@@ -224,3 +224,26 @@ def test_replan_twice_is_unchanged_on_both_databases(database_url):
     assert second.diff.devices == []
     assert second.diff.classes == []
     repo.engine.dispose()
+
+
+def test_two_writers_creating_one_fleet_do_not_fail(database_url, monkeypatch):
+    """The race of two first PUTs of one fleet, made deterministic: the second writer's existence check
+    runs before the first writer's row is visible (on PostgreSQL there is no row to lock yet), so its
+    insert breaks the unique name; put_fleet tries once more and takes the update path."""
+    import fleetplan.store.repository as repository
+
+    repo = open_repository(database_url, migrate=True)
+    repo.put_fleet("raced", tiny_request(rate_rps=20.0))  # the first writer won
+    real, calls = repository._fleet_row, []
+
+    def stale_then_real(db, name, *, lock=False):
+        calls.append(name)
+        return None if len(calls) == 1 else real(db, name, lock=lock)
+
+    monkeypatch.setattr(repository, "_fleet_row", stale_then_real)
+    second = repo.put_fleet("raced", tiny_request(rate_rps=30.0))
+    assert len(calls) >= 2  # the first attempt really broke the unique name and was retried
+    assert second.version == 2
+    assert repo.get_fleet("raced").request.workloads[0].rate_rps == 30.0
+    assert [f.name for f in repo.list_fleets()] == ["raced"]
+    repo.engine.dispose()

@@ -86,8 +86,18 @@ class Repository:
 
     def put_fleet(self, name: str, request: PlanRequest) -> FleetRecord:
         """Store `request` as fleet `name`: a new fleet at version 1, a changed request as the next
-        version, an identical request unchanged."""
+        version, an identical request unchanged.
+
+        Two writers creating the same new fleet at once (on PostgreSQL there is no row to lock yet): the
+        second's insert breaks the unique name and rolls back; it is tried once more, and then finds the
+        fleet and takes the update path."""
         name = check_fleet_name(name)
+        try:
+            return self._put_fleet(name, request)
+        except sa.exc.IntegrityError:
+            return self._put_fleet(name, request)
+
+    def _put_fleet(self, name: str, request: PlanRequest) -> FleetRecord:
         body = _json(request)
         stamp = now()
         with self._write() as db:
