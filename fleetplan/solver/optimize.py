@@ -427,12 +427,26 @@ def _rounded_flows(
     model: _Model, relaxed_values: np.ndarray, stage: tuple[str, Sense], solver: _Solver, time_limit_s: float
 ) -> np.ndarray | None:
     """Round the relaxation's x and re-solve the flows with x fixed: a full feasible start vector."""
-    form, cols = model.form, model.cols
+    x = rounded_start(model.form, model.cols, model.cand, relaxed_values[: model.cols.n_pools])
+    return _flows_at(model, x, stage, solver, time_limit_s)
+
+
+def _previous_start(model: _Model, stage: tuple[str, Sense], solver: _Solver) -> np.ndarray | None:
+    """The plan in force as a start: its instances fixed (within the bounds), the flows re-solved."""
+    form, n = model.form, model.cols.n_pools
+    x = np.clip(previous_instances(model.cand), form.col_lo[:n], form.col_hi[:n])
+    return _flows_at(model, x, stage, solver, solver.clock.share(SUB_MIP_SHARE))
+
+
+def _flows_at(
+    model: _Model, x: np.ndarray, stage: tuple[str, Sense], solver: _Solver, time_limit_s: float
+) -> np.ndarray | None:
+    """A full start vector: the instances fixed at `x`, the flows re-solved (an LP) for `stage`."""
+    form, n = model.form, model.cols.n_pools
     name, sense = stage
-    x = rounded_start(form, cols, model.cand, relaxed_values[: cols.n_pools])
     fixed = replace(form, col_lo=form.col_lo.copy(), col_hi=form.col_hi.copy())
-    fixed.col_lo[: cols.n_pools] = x
-    fixed.col_hi[: cols.n_pools] = x
+    fixed.col_lo[:n] = x
+    fixed.col_hi[:n] = x
     result = solver.call(
         "start",
         name,
@@ -440,27 +454,6 @@ def _rounded_flows(
         form.objectives[name],
         sense,
         time_limit_s=time_limit_s,
-        mip_rel_gap=0.0,
-        relax=True,
-    )
-    return result.values
-
-
-def _previous_start(model: _Model, stage: tuple[str, Sense], solver: _Solver) -> np.ndarray | None:
-    """The plan in force as a start: its instances fixed (within the bounds), the flows re-solved."""
-    form, cols = model.form, model.cols
-    name, sense = stage
-    x = np.clip(previous_instances(model.cand), form.col_lo[: cols.n_pools], form.col_hi[: cols.n_pools])
-    fixed = replace(form, col_lo=form.col_lo.copy(), col_hi=form.col_hi.copy())
-    fixed.col_lo[: cols.n_pools] = x
-    fixed.col_hi[: cols.n_pools] = x
-    result = solver.call(
-        "start",
-        name,
-        fixed,
-        form.objectives[name],
-        sense,
-        time_limit_s=solver.clock.share(SUB_MIP_SHARE),
         mip_rel_gap=0.0,
         relax=True,
     )
