@@ -7,6 +7,7 @@ input, unknown fleet, store unreachable).
 """
 
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -47,6 +48,21 @@ def _echo_json(obj: Any) -> None:
     from fleetplan.models.codec import encode
 
     click.echo(msgspec.json.format(encode(obj), indent=2).decode())
+
+
+def _listed(fetch: Callable[["Repository"], list[Any]], url: str | None, as_json: bool) -> list[Any] | None:
+    """A listing from the store (a PlannerError exits 1, named); with --json it is printed here and None
+    returned: the caller prints its table only for a list."""
+    from fleetplan.models.errors import PlannerError
+
+    try:
+        records = fetch(_repository(url))
+    except PlannerError as error:
+        _error(error)
+    if as_json:
+        _echo_json(records)
+        return None
+    return records
 
 
 def _table(headers: list[str], rows: list[list[Any]]) -> str:
@@ -153,14 +169,8 @@ def fleet_put(name: str, file: Path, database_url: str | None, as_json: bool) ->
 @click.option("--offset", default=0, show_default=True, type=click.IntRange(0))
 def fleet_list(database_url: str | None, as_json: bool, limit: int, offset: int) -> None:
     """List the stored fleets."""
-    from fleetplan.models.errors import PlannerError
-
-    try:
-        records = _repository(database_url).list_fleets(limit, offset)
-    except PlannerError as error:
-        _error(error)
-    if as_json:
-        _echo_json(records)
+    records = _listed(lambda repo: repo.list_fleets(limit, offset), database_url, as_json)
+    if records is None:
         return
     rows = [
         [r.name, r.version, len(r.request.devices), len(r.request.workloads), r.updated_at] for r in records
@@ -176,14 +186,8 @@ def fleet_list(database_url: str | None, as_json: bool, limit: int, offset: int)
 @click.option("--offset", default=0, show_default=True, type=click.IntRange(0))
 def plans_command(name: str, database_url: str | None, as_json: bool, limit: int, offset: int) -> None:
     """List fleet NAME's plans, newest first (the current one marked)."""
-    from fleetplan.models.errors import PlannerError
-
-    try:
-        records = _repository(database_url).list_plans(name, limit, offset)
-    except PlannerError as error:
-        _error(error)
-    if as_json:
-        _echo_json(records)
+    records = _listed(lambda repo: repo.list_plans(name, limit, offset), database_url, as_json)
+    if records is None:
         return
     rows = [
         [
@@ -209,14 +213,8 @@ def plans_command(name: str, database_url: str | None, as_json: bool, limit: int
 @click.option("--limit", default=20, show_default=True, type=click.IntRange(1, 500))
 def runs_command(name: str, database_url: str | None, as_json: bool, limit: int) -> None:
     """List fleet NAME's re-plan runs, newest first."""
-    from fleetplan.models.errors import PlannerError
-
-    try:
-        runs = _repository(database_url).list_runs(name, limit)
-    except PlannerError as error:
-        _error(error)
-    if as_json:
-        _echo_json(runs)
+    runs = _listed(lambda repo: repo.list_runs(name, limit), database_url, as_json)
+    if runs is None:
         return
     rows = [
         [r.id, r.status, r.diff.moves if r.diff else "", r.plan_id or "", r.started_at, r.reason or ""]
