@@ -18,14 +18,13 @@ import argparse
 import datetime as dt
 import json
 import os
-import platform
 import random
-import subprocess
 import time
 from pathlib import Path
 
 import numpy as np
 
+from bench.solver_scaling import git_info, git_line, machine_info, machine_line
 from fleetplan import fixtures
 from fleetplan.models.codec import read_request
 from fleetplan.models.whatif import Axis, WhatIfRequest, WhatIfResult
@@ -36,26 +35,6 @@ from fleetplan.whatif.grid import variant
 
 ROOT = Path(__file__).resolve().parent.parent
 GOAL_S = 5.0  # the goal for 100 points of paper.json over 0..60 $/h with the default executor
-
-
-def _git() -> dict:
-    def run(*args):
-        try:
-            return subprocess.run(
-                ["git", *args], cwd=ROOT, capture_output=True, text=True, check=False
-            ).stdout.strip()
-        except OSError:
-            return ""
-
-    return {"commit": run("rev-parse", "HEAD"), "dirty": run("status", "--porcelain").splitlines()}
-
-
-def _cpu_model() -> str:
-    try:
-        out = subprocess.run(["lscpu"], capture_output=True, text=True, check=False).stdout
-    except OSError:
-        return ""
-    return next((line.split(":", 1)[1].strip() for line in out.splitlines() if "Model name" in line), "")
 
 
 def _run(mode: str, request: WhatIfRequest, workers: int) -> tuple[WhatIfResult, float]:
@@ -171,21 +150,16 @@ def main() -> None:
             f"{default['wall_s']:.1f} s, {verdict}"
         )
     table = "\n".join(lines)
-    machine = {
-        "platform": platform.platform(),
-        "python": platform.python_version(),
-        "cpus": os.cpu_count(),
-        "cpu_model": _cpu_model(),
-        "loadavg": os.getloadavg(),
-    }
-    print(f"machine: {machine['cpu_model']}, {machine['cpus']} CPUs, load {machine['loadavg']}")
+    machine, git = machine_info(), git_info()
+    print(machine_line(machine))
+    print(git_line(git))
     print(table)
     stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
     out = {
         "benchmark": "whatif_speed",
         "timestamp": stamp,
         "machine": machine,
-        "git": _git(),
+        "git": git,
         "args": vars(args),
         "runs": runs,
         "naive_plan_s": naive,
