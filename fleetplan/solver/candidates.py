@@ -237,8 +237,8 @@ def flow_tiers(uses: pd.DataFrame, classes: pd.DataFrame, keyed: bool) -> pd.Dat
 
 
 def attach_pools(uses: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Number the pools (owner, role, device, tp, batch) that at least one use needs."""
-    key = ["owner", "role", "device", "tp", "batch", "rho"]
+    """Number the pools (owner, role, device, tp, batch, mix, rho) that at least one use needs."""
+    key = ["owner", "role", "device", "tp", "batch", "mix", "rho"]
     columns = [*key, "model", "nic_rho"]
     pools = uses[columns].drop_duplicates(key).sort_values(key, kind="stable").reset_index(drop=True)
     pools.index.name = "pool"
@@ -450,20 +450,33 @@ def use_table(uses: pd.DataFrame, classes: pd.DataFrame) -> capacity.UseTable:
 
 def _share(uses: pd.DataFrame, c: pd.DataFrame) -> np.ndarray:
     """Per use: the longest service (prefill: TTFT_q) or slot holding time (decode: steps x TBT_q;
-    colocated: TTFT_q + steps x TBT_q) among the classes that may share its pool shape, over its own."""
+    colocated: TTFT_q + steps x TBT_q) among the classes that may share its pool (its shape and mix), over
+    its own."""
+    own = _holding_ms(uses, c)
+    shape = _shape(uses)
+    longest = uses[shape].assign(own=own).groupby(shape)["own"].transform("max").to_numpy()
+    return np.maximum(longest / np.maximum(own, 1e-9), 1.0)
+
+
+def _holding_ms(uses: pd.DataFrame, c: pd.DataFrame) -> np.ndarray:
+    """How long one request of each use holds what a class behind it waits for: its prefill (prefill), its
+    decode slot (decode: steps x TBT_q) or both (colocated), at the full-batch percentile (ms)."""
     steps = np.maximum(c["output_tokens"].to_numpy(float) - 1.0, 1.0)
     ttft, tbt = uses["ttft_ms"].to_numpy(float), uses["tbt_ms"].to_numpy(float)
     role = uses["role"].to_numpy()
-    own = np.where(role == "prefill", ttft, np.where(role == "decode", 0.0, ttft) + steps * tbt)
+    return np.where(role == "prefill", ttft, np.where(role == "decode", 0.0, ttft) + steps * tbt)
+
+
+def _shape(uses: pd.DataFrame) -> list[str]:
+    """The columns of a pool's shape: which uses share one queue (with `mix` once mix_groups has run)."""
     shape = ["owner", "role", "device", "tp", "batch"]
-    longest = uses[shape].assign(own=own).groupby(shape)["own"].transform("max").to_numpy()
-    return np.maximum(longest / np.maximum(own, 1e-9), 1.0)
+    return [*shape, "mix"] if "mix" in uses.columns else shape
 
 
 def _kv_share(uses: pd.DataFrame, t_kv: np.ndarray) -> np.ndarray:
     """Per use whose KV moves: the longest transfer among the classes that may share its pool shape (and so
     its NIC, a FIFO server), over its own. A short prompt's transfer waits behind a long one's."""
-    shape = ["owner", "role", "device", "tp", "batch"]
+    shape = _shape(uses)
     longest = uses[shape].assign(t=t_kv).groupby(shape)["t"].transform("max").to_numpy()
     return np.where(t_kv > 0, np.maximum(longest / np.maximum(t_kv, 1e-9), 1.0), 1.0)
 
@@ -481,18 +494,83 @@ def headroom_levels(
     options = request.options
     if options.capacity_model == "flat":
         rho = flat_headroom(options)
-        return uses.assign(rho=rho, nic_rho=1.0, kv_slack_ms=0.0, nic_u=0.0)  # v1: NIC rows not derated
+        # v1: NIC rows not derated, one mix per shape
+        return uses.assign(rho=rho, nic_rho=1.0, kv_slack_ms=0.0, nic_u=0.0, mix=0)
+    uses = mix_groups(uses, classes)
     uses = admissible_loads(uses, classes, book, options)
     # once more over the uses that remain: a class that can never use a pool shape (its SLO is out of
     # reach there) no longer lengthens the FIFO waits (share, kv_share) of those that can
-    uses = admissible_loads(uses, classes, book, options)
-    base = ["owner", "role", "device", "tp", "batch"]
+    uses = useful_mixes(admissible_loads(uses, classes, book, options))
+    base = ["owner", "role", "device", "tp", "batch", "mix"]
     levels = uses[[*base, "use_rho"]].drop_duplicates().rename(columns={"use_rho": "rho"})
     expanded = uses.merge(levels, on=base)
     expanded = expanded[expanded["use_rho"] >= expanded["rho"] - 1e-9]
     # a level's NIC cap is the tightest of the classes it carries
     expanded["nic_rho"] = expanded.groupby([*base, "rho"])["nic_rho"].transform("min")
     return expanded.drop(columns="use_rho").reset_index(drop=True)
+
+
+# A pool shape is also offered as pools that carry only its shorter classes (mix_groups): at most this many
+# mixes per shape, cut where the next longer class holds the pool or its NIC at least MIX_RATIO times longer.
+MAX_MIXES = 3
+MIX_RATIO = 1.25
+MIX_GAIN = 1.5  # useful_mixes
+
+
+def mix_groups(uses: pd.DataFrame, classes: pd.DataFrame) -> pd.DataFrame:
+    """Repeat each use in every *mix* of its pool shape that admits it, so short classes need not queue
+    behind long ones.
+
+    A FIFO wait is the residual of whoever is ahead, so a class sharing a pool with a longer one is admitted
+    at `share` = (longest holding time in the pool) / (its own), and its KV transfers wait behind the
+    longest transfer through the same NIC (`kv_share`): a 128-token class beside a 1024-token one may get
+    no load at all. Mix 0 of a shape admits every class (the pool as before). Each further mix admits the
+    classes at or below a cut in one of the two: the holding time (`_holding_ms`) or the KV size (where the
+    KV moves); the cuts are the largest jumps (by ratio, at least MIX_RATIO) between the sorted values of
+    the shape's classes, at most MAX_MIXES - 1 per shape. Each mix is its own group of instances
+    (Pool.group), so the waits of the classes it admits really are bounded by its longest one. A mix that
+    admits nothing better than another pool is dropped again by drop_dominated_pools."""
+    shape = ["owner", "role", "device", "tp", "batch"]
+    uses = uses.reset_index(drop=True)
+    c = classes.loc[uses["w"]].reset_index(drop=True)
+    values = {
+        "own": _holding_ms(uses, c),
+        "kv": np.where(uses["role"].to_numpy() == "colocated", 0.0, uses["kv_gbit"].to_numpy(float)),
+    }
+    cuts = pd.concat([_cuts(uses[shape].assign(value=v), shape).assign(dim=d) for d, v in values.items()])
+    cuts = cuts.sort_values([*shape, "jump"], ascending=False, kind="stable")
+    cuts = cuts[cuts.groupby(shape).cumcount() < MAX_MIXES - 1]
+    cuts["mix"] = cuts.groupby(shape).cumcount() + 1
+    parts = [uses.assign(mix=0)]
+    for dim, value in values.items():
+        mine = cuts[cuts["dim"] == dim][[*shape, "value", "mix"]].rename(columns={"value": "cut"})
+        joined = uses.assign(value=value).merge(mine, on=shape)
+        parts.append(joined[joined["value"] <= joined["cut"] * (1 + 1e-9)].drop(columns=["value", "cut"]))
+    return pd.concat(parts, ignore_index=True)
+
+
+def useful_mixes(uses: pd.DataFrame) -> pd.DataFrame:
+    """Keep a mix (> 0) of a shape only where it admits some class at MIX_GAIN times its admissible load in
+    mix 0 or more (or admits a class mix 0 cannot take): every further group of a shape is more integer
+    columns and near-twin pools for the MILP (on paper.json three mixes took the goodput MIP from 0.3 s to
+    over 10 s for +2% SLO RPS)."""
+    shape = ["owner", "role", "device", "tp", "batch"]
+    base = uses.loc[uses["mix"] == 0, [*shape, "w", "key", "use_rho"]].rename(columns={"use_rho": "rho0"})
+    others = uses.reset_index().merge(base, on=[*shape, "w", "key"], how="left")
+    gain = others["use_rho"].to_numpy() >= MIX_GAIN * others["rho0"].fillna(0.0).to_numpy()
+    others = others.assign(gain=gain & (others["mix"].to_numpy() > 0))
+    useful = others.groupby([*shape, "mix"])["gain"].transform("any").to_numpy()
+    keep = np.zeros(len(uses), dtype=bool)
+    keep[others["index"].to_numpy()] = useful | (others["mix"].to_numpy() == 0)
+    return uses[keep].reset_index(drop=True)
+
+
+def _cuts(frame: pd.DataFrame, shape: list[str]) -> pd.DataFrame:
+    """Per shape, the values below a jump of at least MIX_RATIO to the next larger value (`jump`: ratio)."""
+    ladder = frame[frame["value"] > 0].drop_duplicates().sort_values([*shape, "value"], kind="stable")
+    nxt = ladder.groupby(shape)["value"].shift(-1)
+    ladder = ladder.assign(jump=(nxt / ladder["value"]).to_numpy())
+    return ladder[ladder["jump"] >= MIX_RATIO]
 
 
 def admissible_loads(
