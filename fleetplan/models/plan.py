@@ -170,8 +170,9 @@ class Pool(Base):
     workload: Name | None = None
     # the admissible utilization of this pool (capacity model); `utilization` never exceeds it
     headroom: Fraction = 1.0
-    # 0, or 1, 2, ... for further groups of the same (model, role, device, tp, batch) run at a lower
-    # headroom because they carry classes with tighter SLOs (docs/formulation.md, "Headroom levels")
+    # 0, or 1, 2, ... for further groups of the same (model, role, device, tp, batch): run at a lower
+    # headroom because they carry classes with tighter SLOs, or carrying only the shorter classes
+    # (docs/formulation.md, "Headroom levels" and "Mixes")
     group: Count = 0
 
 

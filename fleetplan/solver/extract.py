@@ -81,8 +81,8 @@ def without_orphan_flows(cand: Candidates, sol: Solution) -> Solution:
 
 
 def pool_groups(cand: Candidates, sol: Solution) -> np.ndarray:
-    """Per pool: 0, or 1, 2, ... for further headroom levels of the same (owner, role, device, tp, batch)
-    that the plan runs (highest headroom first); they are separate groups of instances."""
+    """Per pool: 0, or 1, 2, ... for further headroom levels or mixes of the same (owner, role, device, tp,
+    batch) that the plan runs (highest headroom first); they are separate groups of instances."""
     pools = cand.pools.assign(on=sol.instances > 0)
     pools = pools[pools["on"]].sort_values("rho", ascending=False, kind="stable")
     groups = np.zeros(len(cand.pools), np.int64)
