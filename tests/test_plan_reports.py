@@ -11,7 +11,7 @@ import pytest
 from fleetplan.api.render import render_plain
 from fleetplan.models.errors import PlanVerificationError
 from fleetplan.models.plan import Plan, PlanRequest, PoolRef
-from fleetplan.solver import pipeline, plan
+from fleetplan.solver import extract, pipeline, plan
 from fleetplan.solver.baselines import gpu_only_run, greedy_run
 from fleetplan.solver.candidates import build_candidates
 from fleetplan.solver.extract import pools_out, routes_out, solution_from
@@ -196,6 +196,58 @@ def test_a_tiny_colocated_flow_through_a_pool_without_instances_is_dropped_to_un
     assert sol.dropped[0] == 0.0
     assert sol.dropped[1] == pytest.approx(2e-6)
     assert [p.device for p in pools_out(cand, sol)] == ["gpu"]
+
+
+def test_a_partial_sliver_of_a_class_is_reported_unserved_and_a_whole_small_class_is_not():
+    """p90 classes judged on 600 s windows: 0.04 RPS of class b's 5 RPS brings 2.4 requests beyond its p90
+    into a window (< MIN_TAIL_REQUESTS = 3): a sliver, dropped; 0.06 RPS (3.6) stays; a class whose whole
+    demand is small stays served however few its requests."""
+    assert extract.MIN_TAIL_REQUESTS == 3.0
+    assert extract.WINDOW_S == 600.0
+    request = colocated_budget_request(None)
+    for rps, kept in ((0.04, False), (0.06, True)):
+        cand, sol = _solution(
+            request,
+            {("colocated", "gpu"): 1, ("colocated", "acc"): 1},
+            {(0, "colocated", "gpu"): 3.0, (1, "colocated", "acc"): rps},
+        )
+        assert sol.slivers.tolist() == [False, not kept]
+        assert sol.flow[_use(cand, 1, "colocated", "acc")] == (rps if kept else 0.0)
+        assert sol.dropped[1] == 0.0  # not an empty-pool orphan
+        assert [p.device for p in pools_out(cand, sol)] == (["acc", "gpu"] if kept else ["gpu"])
+    small = request_of(
+        [{"name": "gpu", "count": 4, "kind": "gpu", "cost_per_hour": 2}],
+        [workload("a", 0.02)],
+        flat_rows({"gpu": (100.0, 10.0)}),
+        allow_disaggregated=False,
+    )
+    result = plan(small)
+    assert result.workloads[0].served_rps == pytest.approx(0.02)
+    assert result.workloads[0].reason is None
+
+
+def test_plan_names_the_sliver_in_the_reason(monkeypatch):
+    """A plan whose solver served 0.01 RPS of class a (colocated only: its flows are its served RPS): a is
+    unserved and its reason says why; b keeps what it was served."""
+    request = colocated_budget_request(None)
+    real = extract.solution_from
+
+    def doctored(cand, cols, values):
+        values = values.copy()
+        of_a = cols.use_offset + np.flatnonzero(cand.uses["w"].to_numpy() == 0)
+        if values[of_a].sum() > 0:  # (the baselines' runs too)
+            values[of_a] *= 0.01 / values[of_a].sum()  # class a's flows scaled down to 0.01 RPS in all
+        return real(cand, cols, values)
+
+    monkeypatch.setattr(extract, "solution_from", doctored)
+    result = plan(request)
+    a, b = result.workloads
+    assert a.served_rps == 0.0
+    assert a.unserved_rps == pytest.approx(30.0)
+    assert "sliver" in a.reason
+    assert "600 s window" in a.reason
+    assert b.reason is None or "sliver" not in b.reason
+    assert result.slo_rps == pytest.approx(b.served_rps)
 
 
 def disaggregated_request(**options) -> PlanRequest:

@@ -98,6 +98,15 @@ def with_dropped_flow(reason: str | None, rps: float) -> str:
     return note if reason is None else f"{reason}; {note}"
 
 
+def with_sliver(reason: str | None, window_s: float, tail_requests: float) -> str:
+    """`reason`, and that the sliver the solver served of this class is counted unserved."""
+    note = (
+        f"the solver served only a sliver, fewer than {tail_requests:g} requests beyond the SLO percentile "
+        f"per {window_s:g} s window, on which the percentile cannot be promised: reported unserved"
+    )
+    return note if reason is None else f"{reason}; {note}"
+
+
 def _min_tp(cand: Candidates, w: int, device: str) -> int:
     tps = cand.uses.loc[(cand.uses["w"] == w) & (cand.uses["device"] == device), "tp"]
     return int(tps.min()) if len(tps) else 1

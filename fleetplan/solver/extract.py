@@ -10,6 +10,12 @@ from fleetplan.solver.candidates import Candidates, predicted_latency, transfer_
 from fleetplan.solver.formulation import Columns
 
 EPS = 1e-7
+# The promise is judged per class on a 600 s window (docs/simulation.md): a class served only in part, at a
+# rate that brings fewer than MIN_TAIL_REQUESTS requests beyond its percentile into one window, would have its
+# percentile read off a handful of samples (gen-22's 0.01 RPS sliver of a p90 class: 6 requests in a
+# window, and its p90 is nearly their maximum). Such a sliver is reported unserved (sliver_classes).
+WINDOW_S = 600.0
+MIN_TAIL_REQUESTS = 3.0
 
 
 @dataclass(frozen=True)
@@ -20,6 +26,7 @@ class Solution:
     flow: np.ndarray
     capacity_used: np.ndarray  # sum_w f / r per pool, in instances
     dropped: np.ndarray | None = None  # RPS per class dropped for running through pools with 0 instances
+    slivers: np.ndarray | None = None  # per class: its partial service was a sliver, dropped (sliver_classes)
 
 
 def _capacity_used(cand: Candidates, flow: np.ndarray) -> np.ndarray:
@@ -50,20 +57,38 @@ def solution_from(cand: Candidates, cols: Columns, values: np.ndarray) -> Soluti
     return without_orphan_flows(cand, Solution(np.minimum(x, need), flow, used))
 
 
+def sliver_classes(cand: Candidates, flow: np.ndarray) -> np.ndarray:
+    """Per class: served in part (max_goodput only) at fewer than MIN_TAIL_REQUESTS requests beyond its
+    percentile per WINDOW_S. (max_min_fraction serves every class the same fraction, min_cost all of it.)"""
+    classes = cand.classes
+    if cand.request.options.objective != "max_goodput":
+        return np.zeros(len(classes), dtype=bool)
+    uses = cand.uses
+    serves = uses["role"].isin(["colocated", "prefill"]).to_numpy()
+    served = np.bincount(uses["w"].to_numpy(), weights=flow * serves, minlength=len(classes))
+    demand = classes["rate_rps"].to_numpy(float)
+    beyond = served * WINDOW_S * (1.0 - classes["percentile"].to_numpy(float) / 100.0)
+    return (served > 0) & (served < demand * (1 - 1e-6)) & (beyond < MIN_TAIL_REQUESTS)
+
+
 def without_orphan_flows(cand: Candidates, sol: Solution) -> Solution:
-    """No class is served through a pool with 0 instances.
+    """No class is served through a pool with 0 instances, nor as a sliver (sliver_classes).
 
     Rounding x, and the 1e-6 slack on the instances a pool needs, can leave a pool with 0 instances and a
-    tiny flow (within the solver's tolerances). Such flows are dropped to unserved; a prefill or decode
-    flow that loses its other end with them is cut to what the KV matching still pairs up, and a pool
-    left without flow keeps no instances. `dropped` is the RPS each class loses (almost always nothing).
+    tiny flow (within the solver's tolerances). Such flows, and every flow of a sliver class, are dropped
+    to unserved; a prefill or decode flow that loses its other end with them is cut to what the KV matching
+    still pairs up, and a pool left without flow keeps no instances. `dropped` is the RPS each class loses
+    to pools with 0 instances (almost always nothing), `slivers` which classes were dropped as slivers.
     """
     uses = cand.uses.reset_index(drop=True)
     pool = uses["pool"].to_numpy()
-    orphan = (sol.instances[pool] == 0) & (sol.flow > 0)
+    idle = (sol.instances[pool] == 0) & (sol.flow > 0)
+    slivers = sliver_classes(cand, np.where(idle, 0.0, sol.flow))
+    sliver_flow = slivers[uses["w"].to_numpy()] & (sol.flow > 0) & ~idle
+    orphan = idle | sliver_flow
     dropped = np.zeros(len(cand.classes))
     if not orphan.any():
-        return Solution(sol.instances, sol.flow, sol.capacity_used, dropped)
+        return Solution(sol.instances, sol.flow, sol.capacity_used, dropped, slivers)
     flow = np.where(orphan, 0.0, sol.flow)
     frame = uses.assign(flow=flow)
     active = frame[(frame["flow"] > 0) & (frame["role"] != "colocated")]
@@ -76,8 +101,9 @@ def without_orphan_flows(cand: Candidates, sol: Solution) -> Solution:
     instances = np.where(np.bincount(pool, weights=flow, minlength=len(cand.pools)) > 0, sol.instances, 0)
     serves = uses["role"].isin(["colocated", "prefill"]).to_numpy()
     w = uses["w"].to_numpy()
-    dropped = np.bincount(w, weights=(sol.flow - flow) * serves, minlength=len(cand.classes))
-    return Solution(instances, flow, _capacity_used(cand, flow), np.where(dropped > 1e-9, dropped, 0.0))
+    dropped = np.bincount(w, weights=(sol.flow - flow) * serves * ~sliver_flow, minlength=len(cand.classes))
+    dropped = np.where(dropped > 1e-9, dropped, 0.0)
+    return Solution(instances, flow, _capacity_used(cand, flow), dropped, slivers)
 
 
 def pool_groups(cand: Candidates, sol: Solution) -> np.ndarray:

@@ -80,7 +80,7 @@ def plan(
     devices = extract.devices_out(cand, solution)
     links = extract.links_out(cand, routes)
     cost = float(sum(d.cost_per_hour * u.used for d, u in zip(request.devices, devices, strict=True)))
-    results = _workload_results(cand, routes, devices, links, cost, solution.dropped)
+    results = _workload_results(cand, routes, devices, links, cost, solution)
     served = sum(r.served_rps for r in results)
 
     base = None
@@ -175,9 +175,11 @@ def _kept_instances(cand, cols, values, solution: extract.Solution) -> extract.S
     return dataclasses.replace(solution, instances=np.maximum(solution.instances, kept))
 
 
-def _workload_results(cand, routes, devices, links, cost, dropped=None) -> list[WorkloadResult]:
-    """Served, unserved and why, per class; `dropped` is the RPS per class extract dropped for running
-    through pools with 0 instances (it is unserved, and the reason says so)."""
+def _workload_results(cand, routes, devices, links, cost, solution=None) -> list[WorkloadResult]:
+    """Served, unserved and why, per class; the solution's `dropped` (RPS per class extract dropped for
+    running through pools with 0 instances) and `slivers` are unserved, and the reason says so."""
+    dropped = None if solution is None else solution.dropped
+    slivers = None if solution is None else solution.slivers
     results = []
     for w, c in cand.classes.iterrows():
         served = float(sum(r.rps for r in routes[w]))
@@ -191,6 +193,8 @@ def _workload_results(cand, routes, devices, links, cost, dropped=None) -> list[
                 reason = explain.shortfall_reason(cand, w, devices, links, cost)
         if dropped is not None and dropped[w] > 0:
             reason = explain.with_dropped_flow(reason, float(dropped[w]))
+        if slivers is not None and slivers[w]:
+            reason = explain.with_sliver(reason, extract.WINDOW_S, extract.MIN_TAIL_REQUESTS)
         results.append(
             WorkloadResult(
                 name=c["name"],
