@@ -557,7 +557,9 @@ def useful_mixes(uses: pd.DataFrame) -> pd.DataFrame:
     shape = ["owner", "role", "device", "tp", "batch"]
     base = uses.loc[uses["mix"] == 0, [*shape, "w", "key", "use_rho"]].rename(columns={"use_rho": "rho0"})
     others = uses.reset_index().merge(base, on=[*shape, "w", "key"], how="left")
-    gain = others["use_rho"].to_numpy() >= MIX_GAIN * others["rho0"].fillna(0.0).to_numpy()
+    rho0 = others["rho0"].to_numpy(float)
+    with np.errstate(invalid="ignore"):
+        gain = np.isnan(rho0) | (others["use_rho"].to_numpy() >= MIX_GAIN * rho0)
     others = others.assign(gain=gain & (others["mix"].to_numpy() > 0))
     useful = others.groupby([*shape, "mix"])["gain"].transform("any").to_numpy()
     keep = np.zeros(len(uses), dtype=bool)
