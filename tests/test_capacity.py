@@ -23,7 +23,7 @@ from fleetplan.models.plan import Plan, PlanRequest
 from fleetplan.profiler.latency import Z90, Z99
 from fleetplan.simulator import simulate
 from fleetplan.solver import capacity, plan
-from fleetplan.solver.candidates import _kv_share, _share
+from fleetplan.solver.headroom import _kv_share, _share
 from fleetplan.solver.pipeline import resolve_profiles
 
 HALF_BIN = 0.0625  # the capacity grid's z points are k / 8; bins end halfway between them

@@ -1,0 +1,247 @@
+"""Admissible loads: the capacity model (fleetplan/solver/capacity.py) applied to the candidate uses.
+
+headroom_levels gives every (class, pool) use its admissible utilization `rho` and NIC cap, offers pool
+shapes as mixes of their shorter classes (mix_groups) and splits each into headroom levels
+(docs/formulation.md, "Capacity model", "Mixes", "Headroom levels"). The flat model (v1) gives every use
+`max_utilization`. candidates.py calls it between the flow tiers and the pools.
+"""
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from fleetplan.models.plan import Options, PlanRequest
+from fleetplan.models.profile import PERCENTILES
+from fleetplan.solver import capacity
+
+FLAT_DEFAULT = 0.5  # flat headroom when max_utilization is not given (the v1 default, headroom sweep)
+
+
+def flat_headroom(options) -> float:
+    """The flat model's one headroom: max_utilization, or FLAT_DEFAULT when it is not given."""
+    return options.max_utilization if options.max_utilization is not None else FLAT_DEFAULT
+
+
+def transfer_ms(kv_gbit: np.ndarray, prefill_bw: np.ndarray, decode_bw: np.ndarray) -> np.ndarray:
+    """t_kv in ms: 8 * S_w / (1e9 * min(NIC_kp * t_p, NIC_kd * t_d)); 0 where either NIC is absent (inf)."""
+    both = np.isfinite(prefill_bw) & np.isfinite(decode_bw)
+    bandwidth = np.where(both, np.minimum(prefill_bw, decode_bw), 1.0)
+    return np.where(both, 1e3 * kv_gbit / bandwidth, 0.0)
+
+
+LEVEL_STEP = 1.0 / capacity.LEVELS  # admissible utilizations lie on this grid: few distinct pool levels
+
+
+@dataclass(frozen=True)
+class CurveBook:
+    """p50/p90/p99 of TTFT and TBT of every class at its prompt over the profiled batches of each (device,
+    tp): group g = one (w, device, tp), `batches` (G, K) ascending padded with +inf, `ttft`/`tbt` (G, K, 3).
+    Built once per request (`curve_book`); `curves(uses)` gives the capacity model's per-use view."""
+
+    groups: pd.DataFrame  # w, device, tp, g
+    batches: np.ndarray
+    ttft: np.ndarray
+    tbt: np.ndarray
+
+    def curves(self, uses: pd.DataFrame) -> capacity.Curves:
+        keys = ["w", "device", "tp"]
+        of_use = uses[keys].merge(self.groups, on=keys, how="left")["g"].to_numpy()
+        return capacity.Curves(self.batches[of_use], self.ttft[of_use], self.tbt[of_use])
+
+
+def curve_book(points: pd.DataFrame) -> CurveBook:
+    """The CurveBook of `class_points`: the service-time distributions the capacity model integrates."""
+    columns = {m: [f"{m}_ms_p{q}" for q in PERCENTILES] for m in ("ttft", "tbt")}
+    frame = points[np.isfinite(points[columns["ttft"]].to_numpy(float)).any(axis=1)]
+    frame = frame.sort_values(["w", "device", "tp", "batch"], kind="stable")
+    k = frame.groupby(["w", "device", "tp"]).cumcount().to_numpy()
+    groups = frame[["w", "device", "tp"]].drop_duplicates().reset_index(drop=True)
+    groups["g"] = np.arange(len(groups))
+    g = frame[["w", "device", "tp"]].merge(groups, on=["w", "device", "tp"])["g"].to_numpy()
+    width = int(k.max()) + 1 if len(frame) else 1
+    batches = np.full((len(groups), width), np.inf)
+    batches[g, k] = frame["batch"].to_numpy(float)
+    values = {m: np.full((len(groups), width, 3), np.nan) for m in columns}
+    for m, names in columns.items():
+        values[m][g, k] = frame[names].to_numpy(float)
+    return CurveBook(groups, batches, values["ttft"], values["tbt"])
+
+
+def use_table(uses: pd.DataFrame, classes: pd.DataFrame) -> capacity.UseTable:
+    """The capacity model's view of every use. A decode use's transfer is its class's slowest: from the
+    slowest prefill NIC that class may use; its KV reserve is the smallest of its class's prefill uses."""
+    c = classes.loc[uses["w"]].reset_index(drop=True)
+    # plan each class at a fraction of its tail probability: the promise is judged on finite windows
+    epsilon = capacity.TAIL_MARGIN * (1.0 - c["percentile"].to_numpy(float) / 100.0)
+    prefill = uses["role"].to_numpy() == "prefill"
+    own = uses["bw_gbps"].to_numpy(float)
+    slowest_source = uses[prefill].groupby("w")["bw_gbps"].min()
+    source_bw = uses["w"].map(slowest_source).to_numpy(float)
+    min_bw = np.where(prefill, np.minimum(own, uses["decode_bw"].to_numpy(float)), np.minimum(own, source_bw))
+    t_kv = np.where(
+        prefill, uses["t_kv_ms"].to_numpy(float), transfer_ms(c["kv_gbit"].to_numpy(), own, min_bw)
+    )
+    t_kv = np.where(uses["role"].to_numpy() == "colocated", 0.0, np.nan_to_num(t_kv))
+    return capacity.UseTable(
+        w=uses["w"].to_numpy(np.int64),
+        role=uses["role"].to_numpy(),
+        batch=uses["batch"].to_numpy(float),
+        rate=uses["rate_rps"].to_numpy(float),
+        ttft_q=uses["ttft_ms"].to_numpy(float),
+        tbt_q=uses["tbt_ms"].to_numpy(float),
+        ttft_slo=c["ttft_slo_ms"].to_numpy(float),
+        tbt_slo=c["tbt_slo_ms"].to_numpy(float),
+        epsilon=epsilon,
+        steps=c["output_tokens"].to_numpy(float) - 1.0,
+        t_kv=t_kv,
+        own_bw=own,
+        min_bw=min_bw,
+        kv_slack_ms=np.zeros(len(uses)),
+        share=_share(uses, c),
+        kv_share=_kv_share(uses, t_kv),
+    )
+
+
+def _share(uses: pd.DataFrame, c: pd.DataFrame) -> np.ndarray:
+    """Per use: the longest service (prefill: TTFT_q) or slot holding time (decode: steps x TBT_q;
+    colocated: TTFT_q + steps x TBT_q) among the classes that may share its pool (its shape and mix), over
+    its own."""
+    own = _holding_ms(uses, c)
+    shape = _shape(uses)
+    longest = uses[shape].assign(own=own).groupby(shape)["own"].transform("max").to_numpy()
+    return np.maximum(longest / np.maximum(own, 1e-9), 1.0)
+
+
+def _holding_ms(uses: pd.DataFrame, c: pd.DataFrame) -> np.ndarray:
+    """How long one request of each use holds what a class behind it waits for: its prefill (prefill), its
+    decode slot (decode: steps x TBT_q) or both (colocated), at the full-batch percentile (ms)."""
+    steps = np.maximum(c["output_tokens"].to_numpy(float) - 1.0, 1.0)
+    ttft, tbt = uses["ttft_ms"].to_numpy(float), uses["tbt_ms"].to_numpy(float)
+    role = uses["role"].to_numpy()
+    return np.where(role == "prefill", ttft, np.where(role == "decode", 0.0, ttft) + steps * tbt)
+
+
+def _shape(uses: pd.DataFrame) -> list[str]:
+    """The columns of a pool's shape: which uses share one queue (with `mix` once mix_groups has run)."""
+    shape = ["owner", "role", "device", "tp", "batch"]
+    return [*shape, "mix"] if "mix" in uses.columns else shape
+
+
+def _kv_share(uses: pd.DataFrame, t_kv: np.ndarray) -> np.ndarray:
+    """Per use whose KV moves: the longest transfer among the classes that may share its pool shape (and so
+    its NIC, a FIFO server), over its own. A short prompt's transfer waits behind a long one's."""
+    shape = _shape(uses)
+    longest = uses[shape].assign(t=t_kv).groupby(shape)["t"].transform("max").to_numpy()
+    return np.where(t_kv > 0, np.maximum(longest / np.maximum(t_kv, 1e-9), 1.0), 1.0)
+
+
+def headroom_levels(
+    uses: pd.DataFrame, classes: pd.DataFrame, request: PlanRequest, book: "CurveBook"
+) -> pd.DataFrame:
+    """Give every use its admissible utilization `rho` and NIC cap `nic_rho`, and expand pools into levels.
+
+    flat: rho = max_utilization everywhere (NICs too). queueing: per use from capacity.py, capped by
+    max_utilization when given, rounded down to LEVEL_STEP. A pool shared by classes runs at one load,
+    so a pool of level L may carry a class only if that class's rho >= L: every use is repeated in each
+    level of its pool up to its own rho, and the pool identity includes the level.
+    """
+    options = request.options
+    if options.capacity_model == "flat":
+        rho = flat_headroom(options)
+        # v1: NIC rows not derated, one mix per shape
+        return uses.assign(rho=rho, nic_rho=1.0, kv_slack_ms=0.0, nic_u=0.0, mix=0)
+    uses = mix_groups(uses, classes)
+    uses = admissible_loads(uses, classes, book, options)
+    # once more over the uses that remain: a class that can never use a pool shape (its SLO is out of
+    # reach there) no longer lengthens the FIFO waits (share, kv_share) of those that can
+    uses = useful_mixes(admissible_loads(uses, classes, book, options))
+    base = ["owner", "role", "device", "tp", "batch", "mix"]
+    levels = uses[[*base, "use_rho"]].drop_duplicates().rename(columns={"use_rho": "rho"})
+    expanded = uses.merge(levels, on=base)
+    expanded = expanded[expanded["use_rho"] >= expanded["rho"] - 1e-9]
+    # a level's NIC cap is the tightest of the classes it carries
+    expanded["nic_rho"] = expanded.groupby([*base, "rho"])["nic_rho"].transform("min")
+    return expanded.drop(columns="use_rho").reset_index(drop=True)
+
+
+# A pool shape is also offered as pools that carry only its shorter classes (mix_groups): at most this many
+# mixes per shape, cut where the next longer class holds the pool or its NIC at least MIX_RATIO times longer.
+MAX_MIXES = 3
+MIX_RATIO = 1.25
+MIX_GAIN = 1.5  # useful_mixes
+
+
+def mix_groups(uses: pd.DataFrame, classes: pd.DataFrame) -> pd.DataFrame:
+    """Repeat each use in every *mix* of its pool shape that admits it, so short classes need not queue
+    behind long ones.
+
+    A FIFO wait is the residual of whoever is ahead, so a class sharing a pool with a longer one is admitted
+    at `share` = (longest holding time in the pool) / (its own), and its KV transfers wait behind the
+    longest transfer through the same NIC (`kv_share`): a 128-token class beside a 1024-token one may get
+    no load at all. Mix 0 of a shape admits every class (the pool as before). Each further mix admits the
+    classes at or below a cut in one of the two: the holding time (`_holding_ms`) or the KV size (where the
+    KV moves); the cuts are the largest jumps (by ratio, at least MIX_RATIO) between the sorted values of
+    the shape's classes, at most MAX_MIXES - 1 per shape. Each mix is its own group of instances
+    (Pool.group), so the waits of the classes it admits really are bounded by its longest one. A mix that
+    admits nothing better than another pool is dropped again by drop_dominated_pools."""
+    shape = ["owner", "role", "device", "tp", "batch"]
+    uses = uses.reset_index(drop=True)
+    c = classes.loc[uses["w"]].reset_index(drop=True)
+    values = {
+        "own": _holding_ms(uses, c),
+        "kv": np.where(uses["role"].to_numpy() == "colocated", 0.0, uses["kv_gbit"].to_numpy(float)),
+    }
+    cuts = pd.concat([_cuts(uses[shape].assign(value=v), shape).assign(dim=d) for d, v in values.items()])
+    cuts = cuts.sort_values([*shape, "jump"], ascending=False, kind="stable")
+    cuts = cuts[cuts.groupby(shape).cumcount() < MAX_MIXES - 1]
+    cuts["mix"] = cuts.groupby(shape).cumcount() + 1
+    parts = [uses.assign(mix=0)]
+    for dim, value in values.items():
+        mine = cuts[cuts["dim"] == dim][[*shape, "value", "mix"]].rename(columns={"value": "cut"})
+        joined = uses.assign(value=value).merge(mine, on=shape)
+        parts.append(joined[joined["value"] <= joined["cut"] * (1 + 1e-9)].drop(columns=["value", "cut"]))
+    return pd.concat(parts, ignore_index=True)
+
+
+def useful_mixes(uses: pd.DataFrame) -> pd.DataFrame:
+    """Keep a mix (> 0) of a shape only where it admits some class at MIX_GAIN times its admissible load in
+    mix 0 or more (or admits a class mix 0 cannot take): every further group of a shape is more integer
+    columns and near-twin pools for the MILP (on paper.json three mixes took the goodput MIP from 0.3 s to
+    over 10 s for +2% SLO RPS)."""
+    shape = ["owner", "role", "device", "tp", "batch"]
+    base = uses.loc[uses["mix"] == 0, [*shape, "w", "key", "use_rho"]].rename(columns={"use_rho": "rho0"})
+    others = uses.reset_index().merge(base, on=[*shape, "w", "key"], how="left")
+    rho0 = others["rho0"].to_numpy(float)
+    with np.errstate(invalid="ignore"):
+        gain = np.isnan(rho0) | (others["use_rho"].to_numpy() >= MIX_GAIN * rho0)
+    others = others.assign(gain=gain & (others["mix"].to_numpy() > 0))
+    useful = others.groupby([*shape, "mix"])["gain"].transform("any").to_numpy()
+    keep = np.zeros(len(uses), dtype=bool)
+    keep[others["index"].to_numpy()] = useful | (others["mix"].to_numpy() == 0)
+    return uses[keep].reset_index(drop=True)
+
+
+def _cuts(frame: pd.DataFrame, shape: list[str]) -> pd.DataFrame:
+    """Per shape, the values below a jump of at least MIX_RATIO to the next larger value (`jump`: ratio)."""
+    ladder = frame[frame["value"] > 0].drop_duplicates().sort_values([*shape, "value"], kind="stable")
+    nxt = ladder.groupby(shape)["value"].shift(-1)
+    ladder = ladder.assign(jump=(nxt / ladder["value"]).to_numpy())
+    return ladder[ladder["jump"] >= MIX_RATIO]
+
+
+def admissible_loads(
+    uses: pd.DataFrame, classes: pd.DataFrame, book: "CurveBook", options: Options
+) -> pd.DataFrame:
+    """The queueing model's admissible utilization (`use_rho`, on the LEVEL_STEP grid), NIC cap and KV
+    reserve of every use; uses below RHO_MIN or whose NICs would throttle their pool are dropped."""
+    uses = uses.reset_index(drop=True)
+    curves = book.curves(uses)
+    t = capacity.with_kv_reserve(use_table(uses, classes), curves)
+    rho = np.clip(capacity.rates(t, curves, capacity.LEVELS) / t.rate, 0.0, 1.0)
+    nic, usable = capacity.nic_caps(t)
+    if options.max_utilization is not None:
+        rho, nic = np.minimum(rho, options.max_utilization), np.minimum(nic, options.max_utilization)
+    rho = np.floor(rho / LEVEL_STEP + 1e-9) * LEVEL_STEP
+    uses = uses.assign(kv_slack_ms=t.kv_slack_ms, nic_u=t.nic_u, use_rho=rho, nic_rho=nic)
+    return uses[(rho >= capacity.RHO_MIN) & usable].reset_index(drop=True)
