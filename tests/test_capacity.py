@@ -309,26 +309,17 @@ def test_prefill_batch_one_deterministic_matches_the_closed_form(limit, epsilon,
     assert got[0] == pytest.approx(prefill_rate_ref(d, limit, epsilon, share), rel=1e-9)
 
 
-def md1_decay_ref(u):
-    """The M/D/1 adjustment coefficient y = theta D (u (e^y - 1) = y, y > 0) by brentq, and the
-    Cramer-Lundberg constant C = (1 - u) / (u e^y - 1)."""
-    y = optimize.brentq(lambda y: u * math.expm1(y) - y, 1e-9 + 2 * (1 - u), 200.0, xtol=1e-15)
-    return y, (1 - u) / (u * math.exp(y) - 1)
-
-
 def prefill_kv_rate_ref(service_ms, slo_ms, t_kv, slack_ms, kv_share, epsilon):
     """As prefill_rate_ref, with the KV cache moving afterwards: TTFT = W + D + t_kv + V <= slo - A, where
-    A = slack / 3 is the link's part of the reserve (taken off the limit) and V is the later of the two
-    NICs' M/D/1 waits at their caps: each NIC at the u with mean wait u (D_kv / 2) / (1 - u) = A,
-    D_kv = t_kv kv_share, whose wait tail is C e^{-y t / D_kv}; P(V > t) = min(1, 2 C e^{-y t / D_kv}), a
-    zero-or-exponential of probability 2 C or, past 1, a certain shift ln(2 C) D_kv / y then exponential."""
+    A = slack / 3 is the link's part of the reserve (taken off the limit) and V is one zero-or-exponential
+    term carrying the two NICs' M/D/1 waits at their caps: each NIC at the u with mean wait
+    u (D_kv / 2) / (1 - u) = A, D_kv = t_kv kv_share; V waits if either NIC is busy (1 - (1 - u)^2) and its
+    mean is the sum of the two mean waits, 2 A."""
     allowance = slack_ms / 3
-    d_kv = t_kv * kv_share
-    u = md1_cap_ref(d_kv, allowance)
-    y, c = md1_decay_ref(u)
-    kv_mean = d_kv / y
-    kv_prob, shift = min(2 * c, 1.0), max(math.log(2 * c), 0.0) * kv_mean
-    room = slo_ms - allowance - t_kv - service_ms - shift
+    u = md1_cap_ref(t_kv * kv_share, allowance)
+    kv_prob = 1 - (1 - u) ** 2
+    kv_mean = 2 * allowance / kv_prob
+    room = slo_ms - allowance - t_kv - service_ms
 
     def excess(busy):
         wait_mean = (service_ms / 2) / (1 - busy)
@@ -659,43 +650,18 @@ def test_nic_caps_unusable_below_the_floor():
     assert usable.tolist() == [False, True]
 
 
-def md1_wait_sf_exact(u: float, d: float, t: float) -> float:
-    """P(W > t) of M/D/1 by Erlang's formula: P(W <= t) = (1 - u) sum_{k <= t/D} (-lam (t - kD))^k / k!
-    e^{lam (t - kD)}, lam = u / D."""
-    lam = u / d
-    cdf = sum(
-        (-lam * (t - k * d)) ** k / math.factorial(k) * math.exp(lam * (t - k * d))
-        for k in range(int(t // d) + 1)
-    )
-    return 1.0 - (1.0 - u) * cdf
-
-
-@pytest.mark.parametrize("u", [0.3, 0.5, 0.8])
-def test_md1_tail_matches_erlangs_exact_waiting_time(u):
-    y, c = capacity.md1_tail(np.array([u]))
-    assert (y[0], c[0]) == pytest.approx(md1_decay_ref(u), rel=1e-9)
-    for t in (0.5, 1.0, 2.0, 3.0, 5.0, 8.0):  # in units of D
-        exact, approx = md1_wait_sf_exact(u, 1.0, t), c[0] * math.exp(-y[0] * t)
-        assert approx >= 0.97 * exact  # Cramer-Lundberg: at most 3% low near the origin
-        if t >= 3.0:
-            assert approx == pytest.approx(exact, rel=0.01)  # and exact in the tail
-        assert math.exp(-y[0] * t) >= exact  # Kingman's bound
-
-
-def test_kv_wait_is_the_union_of_both_nics_md1_tails():
+def test_kv_wait_mean_is_the_sum_of_both_nics_md1_waits():
     t = use_table(
         4, t_kv=[8.0, 8.0, 30.0, 0.0], kv_slack_ms=[30.0, 30.0, 6.0, 30.0], kv_share=[1.0, 2.0, 1.0, 1.0]
     )
-    prob, mean, shift = capacity.kv_wait(t)
+    prob, mean = capacity.kv_wait(t)
     for i, (d, slack) in enumerate([(8.0, 30.0), (16.0, 30.0), (30.0, 6.0)]):
         u = md1_cap_ref(d, slack / capacity.KV_SERVERS)
-        assert md1_mean_wait(u, d) == pytest.approx(slack / capacity.KV_SERVERS, rel=1e-9)  # the cap
-        y, c = md1_decay_ref(u)
-        assert mean[i] == pytest.approx(d / y, rel=1e-9)
-        for x in (0.5 * d, 2.0 * d, 4.0 * d):  # the wait's tail as capacity.tail() reads it
-            modelled = prob[i] * math.exp(-max(x - shift[i], 0.0) / mean[i]) if x >= shift[i] else 1.0
-            assert modelled == pytest.approx(min(1.0, 2 * c * math.exp(-y * x / d)), rel=1e-9)
-    assert (prob[3], mean[3], shift[3]) == (0.0, 0.0, 0.0)
+        assert prob[i] == pytest.approx(1 - (1 - u) ** 2, rel=1e-9)  # either NIC busy on arrival
+        assert prob[i] * mean[i] == pytest.approx(2 * md1_mean_wait(u, d), rel=1e-9)
+        assert prob[i] * mean[i] == pytest.approx(2 * slack / capacity.KV_SERVERS, rel=1e-9)
+    assert prob[3] == 0.0
+    assert mean[3] == 0.0
 
 
 def _reserve_table(percentile: int) -> tuple[capacity.UseTable, capacity.Curves, float]:
@@ -991,7 +957,7 @@ def test_nic_utilization_trades_nic_cap_for_prefill_load_at_p99():
     """A p99 use whose KV waits at the mean-sized NIC cap alone break its tail: the mean cap would admit it
     no prefill load; the chosen utilization carries more (and stays at or above NIC_FLOOR)."""
     t, cv = _kv_prefill(
-        2, ttft_slo=[600.0, 600.0], epsilon=[0.005, 0.05], t_kv=[56.0, 56.0], kv_share=[3.0, 1.0]
+        2, ttft_slo=[600.0, 600.0], epsilon=[0.005, 0.05], t_kv=[56.0, 56.0], kv_share=[2.0, 1.0]
     )
     t = capacity.with_kv_reserve(t, cv)
     mean_cap = capacity.md1_cap(t.t_kv * t.kv_share, t.kv_slack_ms / capacity.KV_SERVERS)

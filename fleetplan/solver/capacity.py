@@ -191,7 +191,7 @@ def full_batch_mean(curves, batch) -> np.ndarray:
 
 def prefill_tail(rate, curves, batch, limit_ms, kv=None, share=1.0, full_mean=None):
     """P(TTFT > limit) for one prefill instance at `rate` requests/s (batch-as-job M/G/1), with the KV
-    queueing wait `kv` = (probability, conditional mean, shift) added where the KV cache moves."""
+    queueing wait `kv` = (probability, conditional mean) added where the KV cache moves."""
     return prefill_tail_at(prefill_state(rate, curves, batch, share, full_mean), limit_ms, kv)
 
 
@@ -206,8 +206,7 @@ def prefill_state(rate, curves, batch, share=1.0, full_mean=None) -> tuple:
 def prefill_tail_at(state: tuple, limit_ms, kv=None) -> np.ndarray:
     """P(TTFT > limit) from a `prefill_state` (1 where the batches overload the instance)."""
     grid, busy, wait = state
-    kv_prob, kv_mean, kv_shift = kv if kv is not None else (None, None, 0.0)
-    limit_ms = limit_ms - kv_shift  # the KV wait's certain part (_two_nic_wait)
+    kv_prob, kv_mean = kv if kv is not None else (None, None)
     prob = tail(grid, limit_ms, busy, np.where(np.isfinite(wait), wait, 1e12), kv_prob, kv_mean)
     return np.where(np.isfinite(wait), prob, 1.0)
 
@@ -421,9 +420,8 @@ def link_cap(hold_ms: np.ndarray, allowance_ms: np.ndarray, epsilon: np.ndarray)
     return np.where(ok(mean_cap), mean_cap, bisect_rate(ok, mean_cap))
 
 
-def kv_wait(t: UseTable) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(probability, conditional mean ms, shift ms) of the KV queueing wait of a use, its two NICs at their
-    caps (_two_nic_wait)."""
+def kv_wait(t: UseTable) -> tuple[np.ndarray, np.ndarray]:
+    """(probability, conditional mean ms) of the KV queueing wait of a use, its two NICs at their caps."""
     return _two_nic_wait(_nic_u(t), t.t_kv * t.kv_share)
 
 
@@ -436,41 +434,12 @@ def _mean_wait_nic_cap(t: UseTable) -> np.ndarray:
     return np.where(t.t_kv > 0, md1_cap(t.t_kv * t.kv_share, t.kv_slack_ms / KV_SERVERS), 0.0)
 
 
-def _two_nic_wait(u: np.ndarray, longest: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(probability, conditional mean ms, shift ms) of the KV queueing wait: the transfer starts once both
-    FIFO NICs are free, each an M/D/1 server at utilization u whose longest transfer is D.
-
-    Each NIC's wait has the Cramer-Lundberg tail P(W > t) ~ C e^{-theta t} (md1_tail; Kingman's bound
-    e^{-theta t} holds for every t), so the later of the two is at most the union 2 C e^{-theta t}: an
-    exponential of mean 1 / theta, with probability 2 C where 2 C <= 1, else certain after a shift of
-    ln(2 C) / theta. (Sizing the exponential by the M/D/1 mean, as before, overstated the p99 wait about
-    1.5x: its decay (D / 2) / (1 - u) is slower than the true theta.)"""
-    y, c = md1_tail(u)
-    active = (u > 0) & (longest > 0)
-    mean = np.where(active, longest / np.where(active, y, 1.0), 0.0)
-    both = np.where(active, 2.0 * c, 0.0)
-    shift = np.where(both > 1.0, np.log(np.maximum(both, 1.0)) * mean, 0.0)
-    return np.minimum(both, 1.0), mean, shift
-
-
-def md1_tail(u: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(theta D, C) of the M/D/1 waiting-time tail P(W > t) ~ C exp(-theta t) at utilization u in (0, 1).
-
-    theta is the adjustment coefficient: lambda (E[e^{theta D}] - 1) = theta, i.e. with y = theta D and
-    lambda D = u, u (e^y - 1) = y (its positive root; Newton from the right, f convex); C = (1 - u) /
-    (lambda E[D e^{theta D}] - 1) = (1 - u) / (y + u - 1) (Asmussen, Applied Probability and Queues, XIII.5).
-    u <= 0 gives (inf, 0): no wait."""
-    u = np.clip(np.asarray(u, dtype=float), 0.0, 1.0 - 1e-9)
-    live = u > 0
-    v = np.where(live, u, 0.5)
-    y = 2.0 * np.log(1.0 / v) + 2.0
-    for _ in range(60):
-        step = (v * np.expm1(y) - y) / (v * np.exp(y) - 1.0)
-        y = y - step
-        if np.all(np.abs(step) <= 1e-12 * np.maximum(y, 1e-12)):
-            break
-    c = (1.0 - v) / (y + v - 1.0)
-    return np.where(live, y, np.inf), np.where(live, np.clip(c, 0.0, 1.0), 0.0)
+def _two_nic_wait(u: np.ndarray, longest: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Two FIFO servers at utilization u whose longest transfer is D: each waits with probability u, mean
+    residual at most D / 2 over 1 - u; merged into one zero-or-exponential wait with the same mean."""
+    prob = 1.0 - (1.0 - u) ** 2
+    mean_total = 2.0 * u * (longest / 2.0) / np.maximum(1.0 - u, 1e-9)
+    return prob, np.where(prob > 0, mean_total / np.maximum(prob, 1e-12), 0.0)
 
 
 def nic_caps(t: UseTable) -> tuple[np.ndarray, np.ndarray]:
