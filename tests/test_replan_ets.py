@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 from litestar.testing import TestClient
-from store_helpers import tiny_request
+from store_helpers import QUICK_GATE, tiny_request
 
 from fleetplan.api.app import create_app
 from fleetplan.api.cli import main
@@ -127,3 +127,27 @@ def test_ets_without_statsforecast_is_refused_before_any_run(tmp_path, without_s
         assert "fleetplan[forecast]" in problem["detail"]
         assert "forecast.method" in str(problem)
         assert client.get("/fleets/tiny/runs").json() == []
+
+
+@needs_statsforecast
+def test_a_replan_with_an_ets_forecast_plans_the_forecast_rate(tmp_path):
+    """Two days of a daily cycle between 10 and 20 rps for the one class: ETS continues the cycle, and the
+    rate planned (quantile 1) is its peak, 20 rps."""
+    hours = np.arange(48)
+    rps = 15.0 + 5.0 * np.sin(2 * np.pi * hours / 24.0)
+    path = tmp_path / "rates.csv"
+    pd.DataFrame({"time": hours * HOUR, "class": "chat", "rps": rps}).to_csv(path, index=False)
+    repo = open_repository(f"sqlite:///{tmp_path / 'store.db'}", migrate=True)
+    repo.put_fleet("tiny", tiny_request(rate_rps=5.0))
+    order = ReplanRequest(
+        traffic=TrafficSpec(source="rates_csv", path=str(path)),
+        forecast=ForecastSpec(method="ets", quantile=1.0),
+        gate=QUICK_GATE,
+    )
+    run = replan(repo, "tiny", order)
+    assert run.status == "promoted", run.reason
+    (chat,) = run.forecast.classes
+    assert chat.planned_rps == pytest.approx(20.0, abs=0.05)
+    assert run.forecast.notes == []
+    assert repo.current_plan("tiny").request.workloads[0].rate_rps == chat.planned_rps
+    repo.engine.dispose()
