@@ -245,3 +245,30 @@ def test_fleetplan_runs_marks_an_abandoned_run_and_replan_exits_1_when_refused(t
     assert runner.invoke(main, ["replan", "f", "--no-gate", "--database-url", url]).exit_code == 0
     repo.engine.dispose()
     make_engine(url).dispose()
+
+
+def test_a_failed_heartbeat_does_not_stop_the_next(repo, monkeypatch):
+    """The store unreachable for one beat: the thread logs it and beats again (the lease is ten beats)."""
+    from contextlib import contextmanager
+
+    from fleetplan.models.errors import StoreUnavailable
+
+    run = repo.start_run("f")
+    fast = Repository(repo.engine, heartbeat_s=0.05)
+    real, calls = fast._write, []
+
+    @contextmanager
+    def flaky():
+        calls.append(1)
+        if len(calls) == 1:
+            raise StoreUnavailable("database error: the network blinked")
+        with real() as db:
+            yield db
+
+    monkeypatch.setattr(fast, "_write", flaky)
+    with fast.heartbeat(run.id):
+        time.sleep(0.5)
+    assert len(calls) >= 3
+    with repo.engine.connect() as connection:
+        beat = connection.execute(sa.select(runs.c.heartbeat_at).where(runs.c.id == run.id)).scalar_one()
+    assert beat > run.started_at

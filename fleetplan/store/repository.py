@@ -283,7 +283,7 @@ class Repository:
                             .where(runs.c.id == run_id, runs.c.status == "running")
                             .values(heartbeat_at=now())
                         )
-                except StoreUnavailable as error:  # the next beat tries again; the lease is ten beats
+                except (StoreUnavailable, sa.exc.SQLAlchemyError) as error:  # the next beat tries again
                     log.warning("heartbeat of run %s failed: %s", run_id, error)
 
         thread = threading.Thread(target=beat, name=f"fleetplan-run-{run_id}-heartbeat", daemon=True)
