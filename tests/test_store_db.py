@@ -10,6 +10,7 @@ import sqlite3
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import msgspec
@@ -226,27 +227,34 @@ def test_sigkill_mid_promotion_loses_nothing_and_shows_no_partial_plan(
     after.engine.dispose()
 
 
-# The writer promotes `low` and `high` in turn, N times, as fast as it can, while the test reads.
+# The writer promotes `low` and `high` in turn, N times: "finish" as fast as it can through the repository,
+# "replan" through replan() itself, the fleet's rate switched between the two before each (no gate).
 WRITER = textwrap.dedent(
     """
     import sys
     from pathlib import Path
     from fleetplan.models.codec import decode
     from fleetplan.models.plan import Plan, PlanRequest
-    from fleetplan.models.store import ProfileSetRecord
+    from fleetplan.models.store import GateSpec, ProfileSetRecord, ReplanRequest
+    from fleetplan.replan import replan
     from fleetplan.store import open_repository
 
-    url, folder, n = sys.argv[1], Path(sys.argv[2]), int(sys.argv[3])
+    url, folder, n, mode = sys.argv[1], Path(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
     plans = [
         (decode((folder / f"{k}-request.json").read_bytes(), PlanRequest),
          decode((folder / f"{k}-plan.json").read_bytes(), Plan))
-        for k in ("low", "high")
+        for k in ("high", "low")
     ]
     profile = ProfileSetRecord(name="inline", sha256="2" * 64, models=["m"], devices=["d"], created_at="t")
     repo = open_repository(url)
     print("ready", flush=True)
     for i in range(n):
         request, plan = plans[i % 2]
+        if mode == "replan":
+            repo.put_fleet("f", request)
+            run = replan(repo, "f", ReplanRequest(gate=GateSpec(simulate=False)))
+            assert run.status == "promoted", (run.status, run.reason)
+            continue
         run = repo.start_run("f")
         stored = (request, 1, plan, profile)
         repo.finish_run(run.id, status="promoted", reason=None, plan=stored, promote=True)
@@ -264,7 +272,7 @@ def _snapshot(engine: sa.Engine) -> dict:
     return {"plans": plans, "pointer": pointer, "runs": runs}
 
 
-def _check_whole(view: dict, known: list[Plan]) -> None:
+def _check_whole(view: dict, rates: set[float]) -> None:
     """What a reader may see: every promotion whole, or not at all."""
     plans, pointer, runs = view["plans"], view["pointer"], view["runs"]
     current = [pid for pid, state, _ in plans if state == "current"]
@@ -274,12 +282,14 @@ def _check_whole(view: dict, known: list[Plan]) -> None:
     assert promoted == [pid for pid, _, _ in plans]  # a plan exists exactly when its run is finished
     assert all(plan_id is None for status, plan_id in runs if status == "running")
     text = next(body for pid, _, body in plans if pid == pointer)
-    assert decode(text.encode(), Plan) in known  # the current plan is complete
+    assert decode(text.encode(), Plan).slo_rps in rates  # the current plan is complete
 
 
-def test_concurrent_readers_never_see_a_partial_promotion(database_url, two_plans, tmp_path):
-    """A writer process promotes 40 times; the test reads in one snapshot as often as it can meanwhile.
-    Every read must show whole promotions, and the reads must see the writes happen (several states)."""
+@pytest.mark.parametrize(("mode", "n"), [("finish", 40), ("replan", 4)])
+def test_concurrent_readers_never_see_a_partial_promotion(database_url, two_plans, tmp_path, mode, n):
+    """A writer process promotes n times (through the repository, or through whole re-plans); the test
+    reads in one snapshot as often as it can meanwhile. Every read must show whole promotions, and the
+    reads must see the writes happen (several states)."""
     (low_request, low), (high_request, high) = two_plans
     repo = open_repository(database_url, migrate=True)
     repo.put_fleet("f", low_request)
@@ -290,18 +300,19 @@ def test_concurrent_readers_never_see_a_partial_promotion(database_url, two_plan
     for key, (request, result) in {"low": (low_request, low), "high": (high_request, high)}.items():
         (tmp_path / f"{key}-request.json").write_bytes(encode(request))
         (tmp_path / f"{key}-plan.json").write_bytes(encode(result))
+    rates = {low.slo_rps, high.slo_rps}
+    assert rates == {20.0, 30.0}
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    argv = [sys.executable, "-c", WRITER, database_url, str(tmp_path), "40"]
+    argv = [sys.executable, "-c", WRITER, database_url, str(tmp_path), str(n), mode]
     writer = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     seen: set[int] = set()
-    reads = 0
     try:
         assert writer.stdout.readline().strip() == "ready", writer.stderr.read()
         while writer.poll() is None:
             view = _snapshot(repo.engine)
-            _check_whole(view, [low, high])
+            _check_whole(view, rates)
             seen.add(len(view["plans"]))
-            reads += 1
+            time.sleep(0.002)  # leave the writer a core
         assert writer.returncode == 0, writer.stderr.read()
     finally:
         if writer.poll() is None:
@@ -309,9 +320,9 @@ def test_concurrent_readers_never_see_a_partial_promotion(database_url, two_plan
         writer.stdout.close()
         writer.stderr.close()
     final = _snapshot(repo.engine)
-    _check_whole(final, [low, high])
-    assert len(final["plans"]) == 41
-    assert len(seen) >= 3, (reads, sorted(seen))  # the reads overlapped the writes
+    _check_whole(final, rates)
+    assert len(final["plans"]) == n + 1
+    assert len(seen) >= 3, sorted(seen)  # the reads overlapped the writes
     repo.engine.dispose()
 
 
