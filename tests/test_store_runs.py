@@ -272,3 +272,25 @@ def test_a_failed_heartbeat_does_not_stop_the_next(repo, monkeypatch):
     with repo.engine.connect() as connection:
         beat = connection.execute(sa.select(runs.c.heartbeat_at).where(runs.c.id == run.id)).scalar_one()
     assert beat > run.started_at
+
+
+def test_http_reads_of_runs_mark_an_abandoned_run(tmp_path):
+    from litestar.testing import TestClient
+
+    from fleetplan.api.app import create_app
+    from fleetplan.api.settings import Settings
+
+    url = f"sqlite:///{tmp_path / 'api.db'}"
+    repo = open_repository(url, migrate=True)
+    repo.put_fleet("f", tiny_request())
+    stale = repo.start_run("f")
+    _set(repo, stale.id, owner="pid 4242 on elsewhere", owner_key=FOREIGN_KEY, heartbeat_at=_stamp(600))
+    with TestClient(create_app(database_url=url, settings=Settings(api_token="t"))) as client:
+        one = client.get(f"/runs/{stale.id}").json()
+        assert one["status"] == "failed"
+        assert one["reason"].startswith("abandoned: no heartbeat from pid 4242 on elsewhere since ")
+        other = repo.start_run("f")
+        _set(repo, other.id, owner_key=FOREIGN_KEY, heartbeat_at=_stamp(600))
+        listed = client.get("/fleets/f/runs").json()
+    assert [(r["id"], r["status"]) for r in listed] == [(other.id, "failed"), (stale.id, "failed")]
+    repo.engine.dispose()
