@@ -1,6 +1,10 @@
 """A throwaway PostgreSQL server for the store tests: initdb in a temporary directory, pg_ctl start on
 127.0.0.1 and a free port, stopped (and the directory removed) afterwards. As root the server runs as the
-`postgres` system user (PostgreSQL refuses root)."""
+`postgres` system user (PostgreSQL refuses root).
+
+Also the two fixtures the store tests share (import both `*_fixture` functions into a test module):
+`postgres_root_url` (one server per module) and `database_url` (a fresh empty database, parametrized:
+an SQLite file, and a new database on that server)."""
 
 import contextlib
 import glob
@@ -9,8 +13,12 @@ import shutil
 import socket
 import subprocess
 import tempfile
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
 
 START_TIMEOUT_S = 30
 
@@ -93,3 +101,29 @@ def postgres_server(bindir: Path) -> Iterator[str]:
                 timeout=START_TIMEOUT_S,
             )
         shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture(scope="module", name="postgres_root_url")
+def postgres_root_url_fixture():
+    bindir = find_bindir()
+    if bindir is None:
+        pytest.skip("PostgreSQL binaries (initdb, pg_ctl) not found on PATH or under /usr/lib/postgresql")
+    with postgres_server(bindir) as url:
+        yield url
+
+
+@pytest.fixture(params=["sqlite", "postgresql"], name="database_url")
+def database_url_fixture(request, tmp_path):
+    """A fresh, empty database: an SQLite file in tmp_path, or a new database on the test server."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'store.db'}"
+        return
+    root = request.getfixturevalue("postgres_root_url")
+    name = f"t_{uuid.uuid4().hex[:12]}"
+    admin = sa.create_engine(root, isolation_level="AUTOCOMMIT")
+    with admin.connect() as connection:
+        connection.exec_driver_sql(f"CREATE DATABASE {name}")
+    yield root.rsplit("/", 1)[0] + f"/{name}"
+    with admin.connect() as connection:
+        connection.exec_driver_sql(f"DROP DATABASE {name} WITH (FORCE)")
+    admin.dispose()

@@ -78,17 +78,6 @@ def test_weekly_season_when_two_weeks_are_observed():
     assert season_steps(24 * 14, HOUR) == 24 * 7
 
 
-def test_ets_needs_the_forecast_extra_or_forecasts():
-    history = np.full(48, 4.0)
-    try:
-        import statsforecast  # noqa: F401
-    except ImportError:
-        with pytest.raises(InputError, match=r"fleetplan\[forecast\]"):
-            _path(history, "ets")
-        return
-    np.testing.assert_allclose(_path(history, "ets"), 4.0, rtol=1e-6)
-
-
 def _two_class_request() -> PlanRequest:
     data = {
         "devices": [{"name": "a6000ada", "count": 1}],

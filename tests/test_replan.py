@@ -123,12 +123,14 @@ def test_failing_replans_leave_the_last_good_plan_current(repo):
     assert [r.status for r in repo.list_runs("tiny")] == ["kept", "kept", "failed", "promoted"]
 
 
-def _azure_trace(path: Path, request, seconds: float) -> None:
-    """Evenly spaced requests of every class at its rate, with its exact shape and model."""
+def _azure_trace(path: Path, request, seconds: float, scale: dict[str, float] | None = None) -> None:
+    """Evenly spaced requests of every class at its rate (times `scale[name]`), with its exact shape and
+    model."""
     frames = []
     for w in request.workloads:
-        count = int(round(w.rate_rps * seconds))
-        times = (np.arange(count) + 0.5) / w.rate_rps
+        rate = w.rate_rps * (scale or {}).get(w.name, 1.0)
+        count = int(round(rate * seconds))
+        times = (np.arange(count) + 0.5) / rate
         frames.append(
             pd.DataFrame(
                 {
@@ -145,57 +147,132 @@ def _azure_trace(path: Path, request, seconds: float) -> None:
     trace.to_csv(path, index=False)
 
 
+# the contract's RUN and DIFF ("Fleets, plans and runs"); `dry_run` is the one field it adds
+RUN_KEYS = {
+    "id", "fleet", "started_at", "finished_at", "status", "reason", "plan_id", "previous_plan_id", "diff",
+    "forecast", "gate", "dry_run",
+}  # fmt: skip
+DIFF_KEYS = {"moves", "pools", "devices", "slo_rps", "cost_per_hour", "classes"}
+POOL_KEYS = {"model", "role", "device", "tp", "batch", "before", "after"}
+
+
+def _check_contract(run: dict) -> None:
+    assert set(run) == RUN_KEYS
+    assert set(run["diff"]) == DIFF_KEYS
+    assert all(set(p) == POOL_KEYS for p in run["diff"]["pools"])
+    assert all(set(d) == {"name", "before", "after"} for d in run["diff"]["devices"])
+    assert set(run["diff"]["slo_rps"]) == set(run["diff"]["cost_per_hour"]) == {"before", "after"}
+    assert all(set(c) == {"name", "served_before", "served_after", "why"} for c in run["diff"]["classes"])
+
+
+def _sections(text: str) -> dict[str, list[str]]:
+    """The rendered RUN's tables, by the first two words of their header (rows without the rule line)."""
+    out, lines = {}, text.splitlines()
+    for i, line in enumerate(lines[:-1]):
+        if lines[i + 1].startswith("---"):
+            rows = []
+            for row in lines[i + 2 :]:
+                if not row.strip():
+                    break
+                rows.append(row)
+            out[" ".join(line.split()[:2])] = rows
+    return out
+
+
+def _check_first_plan(run: dict, stored: list[dict], rates: dict[str, float]) -> None:
+    """A fleet's first RUN: promoted, its forecast the observed rates, its diff every pool of its plan."""
+    _check_contract(run)
+    assert (run["status"], run["fleet"], run["previous_plan_id"]) == ("promoted", "paper", None)
+    # the forecast is the observed rate of the last minute: each class's rate, within one request
+    planned = {c["name"]: c["planned_rps"] for c in run["forecast"]["classes"]}
+    assert planned == pytest.approx(rates, abs=1 / 60 + 1e-9)
+    assert [p["id"] for p in stored] == [run["plan_id"]]
+    instances = Counter()
+    for pool in stored[0]["plan"]["pools"]:
+        instances[(pool["model"], pool["role"], pool["device"], pool["tp"], pool["batch"])] += pool[
+            "instances"
+        ]
+    diffed = {(p["model"], p["role"], p["device"], p["tp"], p["batch"]): p for p in run["diff"]["pools"]}
+    assert {k: p["after"] for k, p in diffed.items()} == dict(instances)
+    assert all(p["before"] == 0 for p in diffed.values())
+    assert run["diff"]["moves"] == sum(instances.values())
+
+
+def _check_table(text: str, run: dict, rates: dict[str, float], busier: str, factor: float) -> None:
+    """The rendered RUN: its tables hold the RUN's diff, row by row; class `busier` served `factor` times
+    more."""
+    change = run["diff"]
+    assert text.splitlines()[0] == f"run {run['id']} of fleet paper: PROMOTED"
+    assert f"moves: {change['moves']}" in text.splitlines()
+    assert change["moves"] > 0
+    tables = _sections(text)
+    # one row per changed pool: key, before, after, change (after - before)
+    assert [r.split() for r in tables["model role"]] == [
+        [p["model"], p["role"], p["device"], str(p["tp"]), str(p["batch"]), str(p["before"]), str(p["after"]),
+         str(p["after"] - p["before"])]
+        for p in change["pools"]
+    ]  # fmt: skip
+    assert [r.split() for r in tables.get("device before", [])] == [
+        [d["name"], str(d["before"]), str(d["after"]), str(d["after"] - d["before"])]
+        for d in change["devices"]
+    ]
+    totals = {r.split()[0]: [float(v) for v in r.split()[1:]] for r in tables["total before"]}
+    slo = change["slo_rps"]
+    assert totals["slo_rps"] == pytest.approx([slo["before"], slo["after"]], abs=1e-3)
+    extra = (factor - 1) * rates[busier]
+    assert totals["slo_rps"] == pytest.approx([sum(rates.values()), sum(rates.values()) + extra])
+    cost = change["cost_per_hour"]
+    assert totals["cost_per_hour"] == pytest.approx([cost["before"], cost["after"]], abs=1e-4)
+    classes = [r.split(maxsplit=3) for r in tables["class served_before"]]
+    assert [c[0] for c in classes] == [c["name"] for c in change["classes"]]
+    row = next(c for c in classes if c[0] == busier)
+    assert [float(row[1]), float(row[2])] == pytest.approx([rates[busier], factor * rates[busier]])
+    assert row[3].startswith(f"demand {rates[busier]:g} -> {factor * rates[busier]:g} rps")
+    assert "forecast (constant, 24 h, q0.95)" in text.splitlines()
+    forecast = {r.split()[0]: [float(v) for v in r.split()[1:]] for r in tables["class fleet_rps"]}
+    assert forecast[busier] == pytest.approx([rates[busier], factor * rates[busier], factor * rates[busier]])
+    assert "gate: passed on 1 seed(s) of 20 s" in text.splitlines()
+
+
 def test_cli_replan_of_the_paper_fleet_with_an_azure_trace(tmp_path):
+    """The nightly job on the paper fleet, through the CLI: the first re-plan (--json) promotes the fleet's
+    first plan; the next night 1b-medium doubles and the re-plan prints its diff table; the night after,
+    the same traffic again gives `unchanged` (--json: moves 0, empty lists). The table's rows are the
+    RUN's diff, the JSON has the contract's fields."""
     runner = CliRunner()
     env = {"FLEETPLAN_DATABASE_URL": f"sqlite:///{tmp_path / 'paper.db'}"}
     paper = fixtures.request_path("paper")
     request = read_request(paper)
-    trace = tmp_path / "azure.csv"
-    _azure_trace(trace, request, seconds=240.0)
+    rates = {w.name: w.rate_rps for w in request.workloads}
+    steady, busier = tmp_path / "steady.csv", tmp_path / "busier.csv"
+    _azure_trace(steady, request, seconds=240.0)
+    _azure_trace(busier, request, seconds=240.0, scale={"1b-medium": 2.0})
     assert runner.invoke(main, ["fleet", "put", "paper", str(paper)], env=env).exit_code == 0
-    args = [
-        "replan",
-        "paper",
-        "--traffic",
-        str(trace),
-        "--interval",
-        "60",
-        "--forecast",
-        "constant",
-        *GATE_ARGS,
-    ]
-    table = runner.invoke(main, args, env=env)
-    assert table.exit_code == 0, table.output
-    text = table.stdout
-    assert "PROMOTED" in text
-    header = next(line for line in text.splitlines() if line.startswith("model"))
-    assert header.split() == ["model", "role", "device", "tp", "batch", "before", "after", "change"]
-    assert "slo_rps" in text
-    assert "forecast (constant, 24 h, q0.95)" in text
-    plans = runner.invoke(main, ["plans", "paper", "--json"], env=env)
-    (stored,) = msgspec.json.decode(plans.stdout)
-    # every pool of the stored plan is a row of the table, with its instances as "after"
-    for pool in stored["plan"]["pools"]:
-        assert any(
-            line.split()[:3] == [pool["model"], pool["role"], pool["device"]] for line in text.splitlines()
-        ), pool
-    # the forecast is the observed rate of the last minute: each class's rate, within one request
-    lines = text.splitlines()
-    start = next(i for i, line in enumerate(lines) if line.startswith("forecast ("))
-    forecast_rows = {
-        line.split()[0]: line.split() for line in lines[start + 3 : start + 3 + len(request.workloads)]
-    }
-    for w in request.workloads:
-        assert float(forecast_rows[w.name][-1]) == pytest.approx(w.rate_rps, abs=1 / 60 + 1e-9)
 
-    as_json = runner.invoke(main, [*args, "--json"], env=env)
-    assert as_json.exit_code == 0, as_json.output
-    run = msgspec.json.decode(as_json.stdout, type=Run)
-    assert run.status == "unchanged"
-    assert run.fleet == "paper"
-    assert run.forecast.method == "constant"
-    assert [c.name for c in run.forecast.classes] == [w.name for w in request.workloads]
-    assert run.diff.moves == 0
+    def cli(*args: str):
+        result = runner.invoke(main, list(args), env=env)
+        assert result.exit_code == 0, result.output
+        return result.stdout
+
+    def replan_cli(trace: Path, *extra: str) -> str:
+        args = ["replan", "paper", "--traffic", str(trace), "--interval", "60", "--forecast", "constant"]
+        return cli(*args, *GATE_ARGS, *extra)
+
+    first = msgspec.json.decode(replan_cli(steady, "--json"))
+    _check_first_plan(first, msgspec.json.decode(cli("plans", "paper", "--json")), rates)
+
+    text = replan_cli(busier)
+    (second,) = msgspec.json.decode(cli("runs", "paper", "--json", "--limit", "1"))
+    _check_contract(second)
+    assert second["id"] == first["id"] + 1
+    _check_table(text, second, rates, busier="1b-medium", factor=2.0)
+
+    third = msgspec.json.decode(replan_cli(busier, "--json"))
+    _check_contract(third)
+    assert third["status"] == "unchanged"
+    assert third["plan_id"] == third["previous_plan_id"] == second["plan_id"]
+    empty = {"moves": 0, "pools": [], "devices": [], "classes": []}
+    assert {k: third["diff"][k] for k in empty} == empty
 
 
 def _store_with(tmp_path, sets: dict[str, tuple[pd.DataFrame, str]]):

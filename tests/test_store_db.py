@@ -6,20 +6,22 @@ the middle of its transaction while a reader looks on.
 
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import textwrap
-import uuid
+import time
 from pathlib import Path
 
 import msgspec
 import pytest
 import sqlalchemy as sa
-from postgres_server import find_bindir, postgres_server
+from postgres_server import database_url_fixture, postgres_root_url_fixture  # noqa: F401 (fixtures)
 from store_helpers import QUICK_GATE, tiny_request
 
-from fleetplan.models.codec import encode
+from fleetplan.models.codec import decode, encode
 from fleetplan.models.errors import NotFound
+from fleetplan.models.plan import Plan
 from fleetplan.models.store import ProfileSetRecord, ReplanRequest
 from fleetplan.replan import replan
 from fleetplan.solver.pipeline import plan
@@ -28,32 +30,6 @@ from fleetplan.store.engine import current_revision, head_revision
 
 ROOT = Path(__file__).resolve().parent.parent
 PROFILE = ProfileSetRecord(name="inline", sha256="0" * 64, models=["m"], devices=["d"], created_at="t")
-
-
-@pytest.fixture(scope="module")
-def postgres_root_url():
-    bindir = find_bindir()
-    if bindir is None:
-        pytest.skip("PostgreSQL binaries (initdb, pg_ctl) not found on PATH or under /usr/lib/postgresql")
-    with postgres_server(bindir) as url:
-        yield url
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def database_url(request, tmp_path):
-    """A fresh, empty database: an SQLite file in tmp_path, or a new database on the test server."""
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path / 'store.db'}"
-        return
-    root = request.getfixturevalue("postgres_root_url")
-    name = f"t_{uuid.uuid4().hex[:12]}"
-    admin = sa.create_engine(root, isolation_level="AUTOCOMMIT")
-    with admin.connect() as connection:
-        connection.exec_driver_sql(f"CREATE DATABASE {name}")
-    yield root.rsplit("/", 1)[0] + f"/{name}"
-    with admin.connect() as connection:
-        connection.exec_driver_sql(f"DROP DATABASE {name} WITH (FORCE)")
-    admin.dispose()
 
 
 @pytest.fixture(scope="module")
@@ -69,7 +45,7 @@ def test_migrations_versioned_fleets_and_paging(database_url):
     with pytest.raises(Exception, match="db upgrade"):
         Repository(engine).check_migrated()
     repo = open_repository(database_url, migrate=True)
-    assert current_revision(engine) == head_revision(engine) == "0001"
+    assert current_revision(engine) == head_revision(engine) == "0002"
     open_repository(database_url, migrate=True)  # a second upgrade is a no-op
 
     first = repo.put_fleet("b-fleet", tiny_request(rate_rps=20.0))
@@ -123,8 +99,10 @@ def test_promotion_moves_the_pointer_and_keeps_history(database_url, two_plans):
     repo.engine.dispose()
 
 
-# The child promotes `high` over the current plan; _point_current (the last write of the promotion's one
-# transaction) is wrapped so that the child reports and then hangs with the transaction still open.
+# The child promotes `high` over the current plan and stops inside the promotion's one transaction, at one
+# of three points: after inserting the new plan ("insert"), after moving the current-plan pointer
+# ("point"), or after its last write, the run's outcome, just before COMMIT ("outcome"). There it reports
+# and hangs, and the test kills it with SIGKILL.
 CHILD = textwrap.dedent(
     """
     import sys, time
@@ -134,26 +112,62 @@ CHILD = textwrap.dedent(
     from fleetplan.models.store import ProfileSetRecord
     from fleetplan.store import open_repository, repository
 
-    url, request_file, plan_file = sys.argv[1:4]
+    url, request_file, plan_file, point = sys.argv[1:5]
     request = decode(Path(request_file).read_bytes(), PlanRequest)
     plan = decode(Path(plan_file).read_bytes(), Plan)
     profile = ProfileSetRecord(name="inline", sha256="1" * 64, models=["m"], devices=["d"], created_at="t")
-    original = repository._point_current
-
-    def point_and_hang(*args):
-        original(*args)
-        print("in-transaction", flush=True)
-        time.sleep(120)
-
-    repository._point_current = point_and_hang
     repo = open_repository(url)
     run = repo.start_run("f")
+    print(f"run {run.id}", flush=True)
+
+    def hang_after(function):
+        def wrapped(*args, **kwargs):
+            result = function(*args, **kwargs)
+            print("in-transaction", flush=True)
+            time.sleep(120)
+            return result
+        return wrapped
+
+    name = {"insert": "_insert_plan", "point": "_point_current", "outcome": "run_record"}[point]
+    setattr(repository, name, hang_after(getattr(repository, name)))
     repo.finish_run(run.id, status="promoted", reason=None, plan=(request, 1, plan, profile), promote=True)
     """
 )
+CHILD_APP = "fleetplan-killed-child"
 
 
-def test_sigkill_mid_promotion_loses_nothing_and_shows_no_partial_plan(database_url, two_plans, tmp_path):
+def _child_url(url: str) -> str:
+    """The child's URL; on PostgreSQL it names its connections, so the test can find its transaction."""
+    return url if url.startswith("sqlite") else f"{url}?application_name={CHILD_APP}"
+
+
+def _transaction_open(url: str) -> bool:
+    """True while the child's promotion transaction is open and has written: on PostgreSQL its backend is
+    `idle in transaction` with a transaction id (it wrote); on SQLite the write lock is taken, so another
+    BEGIN IMMEDIATE fails at once."""
+    if url.startswith("sqlite"):
+        connection = sqlite3.connect(sa.make_url(url).database, timeout=0, isolation_level=None)
+        try:
+            connection.execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError as error:
+            return "locked" in str(error)
+        finally:
+            connection.close()
+        return False
+    engine = sa.create_engine(url)
+    with engine.connect() as connection:
+        rows = connection.execute(
+            sa.text("SELECT state, backend_xid FROM pg_stat_activity WHERE application_name = :app"),
+            {"app": CHILD_APP},
+        ).all()
+    engine.dispose()
+    return any(state == "idle in transaction" and xid is not None for state, xid in rows)
+
+
+@pytest.mark.parametrize("point", ["insert", "point", "outcome"])
+def test_sigkill_mid_promotion_loses_nothing_and_shows_no_partial_plan(
+    database_url, two_plans, tmp_path, point
+):
     (low_request, low), (high_request, high) = two_plans
     repo = open_repository(database_url, migrate=True)
     repo.put_fleet("f", low_request)
@@ -164,23 +178,21 @@ def test_sigkill_mid_promotion_loses_nothing_and_shows_no_partial_plan(database_
     (tmp_path / "request.json").write_bytes(encode(high_request))
     (tmp_path / "plan.json").write_bytes(encode(high))
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    argv = [
-        sys.executable,
-        "-c",
-        CHILD,
-        database_url,
-        str(tmp_path / "request.json"),
-        str(tmp_path / "plan.json"),
-    ]
+    argv = [sys.executable, "-c", CHILD, _child_url(database_url)]
+    argv += [str(tmp_path / "request.json"), str(tmp_path / "plan.json"), point]
     child = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     try:
+        killed_run = int(child.stdout.readline().split()[1])
         line = child.stdout.readline()
         assert line.strip() == "in-transaction", child.stderr.read()
+        # the kill comes inside the promotion's transaction, after it wrote: not before, not after
+        assert _transaction_open(database_url)
         # a reader during the promotion sees the last committed state, complete
         during = repo.current_plan("f")
         assert during.id == good.plan_id
         assert during.plan == low
         assert [p.id for p in repo.list_plans("f")] == [good.plan_id]
+        assert repo.get_run(killed_run).status == "running"  # alive: not declared abandoned
         child.send_signal(signal.SIGKILL)
         child.wait(timeout=30)
     finally:
@@ -195,18 +207,123 @@ def test_sigkill_mid_promotion_loses_nothing_and_shows_no_partial_plan(database_
     assert current.plan == low
     assert current.state == "current"
     assert [p.id for p in after.list_plans("f")] == [good.plan_id]
-    statuses = sorted(r.status for r in after.list_runs("f"))
-    assert statuses == ["promoted", "running"]  # the killed run's start was committed, its end was not
+    # the killed run's start was committed, its end was not; its process is gone, so it is marked failed
+    killed = after.get_run(killed_run)
+    assert killed.status == "failed"
+    assert killed.reason.startswith(f"abandoned: its process stopped (pid {child.pid} on ")
+    assert killed.plan_id is None
+    assert [r.status for r in after.list_runs("f")] == ["failed", "promoted"]
     if after.engine.dialect.name == "sqlite":
         with after.engine.connect() as connection:
             assert connection.exec_driver_sql("PRAGMA integrity_check").scalar() == "ok"
     # the store is usable again at once: no lock survives the killed writer
     retry = after.start_run("f")
+    assert retry.status == "running"
     retry = after.finish_run(
         retry.id, status="promoted", reason=None, plan=(high_request, 1, high, PROFILE), promote=True
     )
+    assert retry.status == "promoted"
     assert after.current_plan("f").plan == high
     after.engine.dispose()
+
+
+# The writer promotes `low` and `high` in turn, N times: "finish" as fast as it can through the repository,
+# "replan" through replan() itself, the fleet's rate switched between the two before each (no gate).
+WRITER = textwrap.dedent(
+    """
+    import sys
+    from pathlib import Path
+    from fleetplan.models.codec import decode
+    from fleetplan.models.plan import Plan, PlanRequest
+    from fleetplan.models.store import GateSpec, ProfileSetRecord, ReplanRequest
+    from fleetplan.replan import replan
+    from fleetplan.store import open_repository
+
+    url, folder, n, mode = sys.argv[1], Path(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+    plans = [
+        (decode((folder / f"{k}-request.json").read_bytes(), PlanRequest),
+         decode((folder / f"{k}-plan.json").read_bytes(), Plan))
+        for k in ("high", "low")
+    ]
+    profile = ProfileSetRecord(name="inline", sha256="2" * 64, models=["m"], devices=["d"], created_at="t")
+    repo = open_repository(url)
+    print("ready", flush=True)
+    for i in range(n):
+        request, plan = plans[i % 2]
+        if mode == "replan":
+            repo.put_fleet("f", request)
+            run = replan(repo, "f", ReplanRequest(gate=GateSpec(simulate=False)))
+            assert run.status == "promoted", (run.status, run.reason)
+            continue
+        run = repo.start_run("f")
+        stored = (request, 1, plan, profile)
+        repo.finish_run(run.id, status="promoted", reason=None, plan=stored, promote=True)
+    """
+)
+
+
+def _snapshot(engine: sa.Engine) -> dict:
+    """Plans, pointer and runs of fleet "f" read in one snapshot (REPEATABLE READ on PostgreSQL)."""
+    options = {"isolation_level": "REPEATABLE READ"} if engine.dialect.name == "postgresql" else {}
+    with engine.connect().execution_options(**options) as connection, connection.begin():
+        plans = connection.exec_driver_sql("SELECT id, state, plan FROM plans ORDER BY id").all()
+        pointer = connection.exec_driver_sql("SELECT plan_id FROM current_plans").scalar_one_or_none()
+        runs = connection.exec_driver_sql("SELECT status, plan_id FROM runs ORDER BY id").all()
+    return {"plans": plans, "pointer": pointer, "runs": runs}
+
+
+def _check_whole(view: dict, rates: set[float]) -> None:
+    """What a reader may see: every promotion whole, or not at all."""
+    plans, pointer, runs = view["plans"], view["pointer"], view["runs"]
+    current = [pid for pid, state, _ in plans if state == "current"]
+    assert current == [pointer]  # one current plan, the one the pointer names
+    assert all(state == "superseded" for pid, state, _ in plans if pid != pointer)
+    promoted = [plan_id for status, plan_id in runs if status == "promoted"]
+    assert promoted == [pid for pid, _, _ in plans]  # a plan exists exactly when its run is finished
+    assert all(plan_id is None for status, plan_id in runs if status == "running")
+    text = next(body for pid, _, body in plans if pid == pointer)
+    assert decode(text.encode(), Plan).slo_rps in rates  # the current plan is complete
+
+
+@pytest.mark.parametrize(("mode", "n"), [("finish", 40), ("replan", 4)])
+def test_concurrent_readers_never_see_a_partial_promotion(database_url, two_plans, tmp_path, mode, n):
+    """A writer process promotes n times (through the repository, or through whole re-plans); the test
+    reads in one snapshot as often as it can meanwhile. Every read must show whole promotions, and the
+    reads must see the writes happen (several states)."""
+    (low_request, low), (high_request, high) = two_plans
+    repo = open_repository(database_url, migrate=True)
+    repo.put_fleet("f", low_request)
+    first = repo.start_run("f")
+    repo.finish_run(
+        first.id, status="promoted", reason=None, plan=(low_request, 1, low, PROFILE), promote=True
+    )
+    for key, (request, result) in {"low": (low_request, low), "high": (high_request, high)}.items():
+        (tmp_path / f"{key}-request.json").write_bytes(encode(request))
+        (tmp_path / f"{key}-plan.json").write_bytes(encode(result))
+    rates = {low.slo_rps, high.slo_rps}
+    assert rates == {20.0, 30.0}
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    argv = [sys.executable, "-c", WRITER, database_url, str(tmp_path), str(n), mode]
+    writer = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    seen: set[int] = set()
+    try:
+        assert writer.stdout.readline().strip() == "ready", writer.stderr.read()
+        while writer.poll() is None:
+            view = _snapshot(repo.engine)
+            _check_whole(view, rates)
+            seen.add(len(view["plans"]))
+            time.sleep(0.002)  # leave the writer a core
+        assert writer.returncode == 0, writer.stderr.read()
+    finally:
+        if writer.poll() is None:
+            writer.kill()
+        writer.stdout.close()
+        writer.stderr.close()
+    final = _snapshot(repo.engine)
+    _check_whole(final, rates)
+    assert len(final["plans"]) == n + 1
+    assert len(seen) >= 3, sorted(seen)  # the reads overlapped the writes
+    repo.engine.dispose()
 
 
 def test_replan_twice_is_unchanged_on_both_databases(database_url):

@@ -8,7 +8,9 @@ about the second-busiest hour; 1.0: for the peak).
 - ewma: every bin at the exponentially weighted level l_t = alpha y_t + (1 - alpha) l_{t-1}, l_0 = y_0;
 - seasonal_naive: bin h at the rate one season earlier, y[n - m + (h mod m)], with m a week of bins when
   the history holds two weeks, else a day when it holds one (else: constant, noted);
-- ets: statsforecast's AutoETS with the same season (the optional `forecast` extra).
+- ets: statsforecast's AutoETS (the optional `forecast` extra) with a daily season when a day is at most
+  24 bins (its ETS takes no longer season: a week of hourly bins would fit no season at all) and two days
+  are observed, else without season (noted).
 """
 
 import numpy as np
@@ -20,6 +22,8 @@ from fleetplan.replan.traffic import Rates
 
 DAY_S = 86400.0
 WEEK_S = 7 * DAY_S
+# the longest season statsforecast's ETS fits (a longer one is silently dropped)
+ETS_MAX_SEASON = 24
 
 
 def season_steps(n_history: int, interval_s: float) -> int | None:
@@ -52,13 +56,24 @@ def seasonal_naive(history: np.ndarray, steps: int, season: int) -> np.ndarray:
     return last_season[np.arange(steps) % season].astype(float)
 
 
+ETS_MISSING = "method 'ets' needs statsforecast, which is not installed: pip install 'fleetplan[forecast]'"
+
+
+def ets_available() -> bool:
+    """statsforecast is importable (the `forecast` extra)."""
+    try:
+        import statsforecast.models  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
 def ets(history: np.ndarray, steps: int, season: int | None) -> np.ndarray:
     """AutoETS from statsforecast (optional dependency: pip install 'fleetplan[forecast]')."""
     try:
         from statsforecast.models import AutoETS
     except ImportError as error:
-        msg = "method 'ets' needs statsforecast: pip install 'fleetplan[forecast]'"
-        raise InputError(msg, field="forecast.method") from error
+        raise InputError(ETS_MISSING, field="forecast.method") from error
     model = AutoETS(season_length=season or 1)
     fitted = model.fit(np.asarray(history, dtype=float))
     return np.asarray(fitted.predict(h=steps)["mean"], dtype=float)
@@ -72,11 +87,24 @@ def forecast_path(history: np.ndarray, steps: int, spec: ForecastSpec, interval_
     if spec.method == "ewma":
         return ewma(history, steps, spec.alpha), None
     if spec.method == "ets":
-        return ets(history, steps, season), None
+        return _ets_path(history, steps, interval_s)
     if season is None:
         note = f"seasonal_naive: {len(history)} bins of {interval_s:g} s hold no full day; used constant"
         return constant(history, steps), note
     return seasonal_naive(history, steps, season), None
+
+
+def _ets_path(history: np.ndarray, steps: int, interval_s: float) -> tuple:
+    day = DAY_S / interval_s
+    daily = abs(day - round(day)) < 1e-9 and 2 <= round(day) <= ETS_MAX_SEASON
+    if daily and len(history) >= 2 * round(day):
+        return ets(history, steps, round(day)), None
+    why = (
+        "fewer than two days observed"
+        if daily
+        else f"a day of {interval_s:g} s bins is {day:g} bins, not 2 to {ETS_MAX_SEASON}"
+    )
+    return ets(history, steps, None), f"ets: fitted without a daily season ({why})"
 
 
 def planned_rate(path: np.ndarray, quantile: float) -> float:
@@ -113,4 +141,14 @@ def forecast_classes(request: PlanRequest, rates: Rates, spec: ForecastSpec) -> 
     )
 
 
-__all__ = ["constant", "ets", "ewma", "forecast_classes", "forecast_path", "planned_rate", "seasonal_naive"]
+__all__ = [
+    "ETS_MISSING",
+    "constant",
+    "ets",
+    "ets_available",
+    "ewma",
+    "forecast_classes",
+    "forecast_path",
+    "planned_rate",
+    "seasonal_naive",
+]

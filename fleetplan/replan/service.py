@@ -29,7 +29,7 @@ from fleetplan.models.store import (
 from fleetplan.profiler.store import ProfileStore
 from fleetplan.profiler.tables import ProfileTable
 from fleetplan.replan.diff import diff, is_empty
-from fleetplan.replan.forecast import forecast_classes
+from fleetplan.replan.forecast import ETS_MISSING, forecast_classes
 from fleetplan.replan.gate import gate_reason, run_gate
 from fleetplan.replan.traffic import read_rates
 from fleetplan.solver import pipeline
@@ -52,14 +52,29 @@ def replan(
     """Re-plan `fleet` and record the run; returns the finished RUN (raises only for an unknown fleet or
     an unreachable store: every other failure is the run's status and reason)."""
     order = order or ReplanRequest()
+    check_order(order)
     run = repo.start_run(fleet, dry_run=order.dry_run)
-    try:
-        return _replan(repo, fleet, order, run, profile_store)
-    except PlannerError:
-        raise
-    except Exception as error:  # a bug: the run must not stay "running"
-        repo.finish_run(run.id, status="failed", reason=f"internal error: {type(error).__name__}: {error}")
-        raise
+    if run.status != "running":  # refused: another run of the fleet is alive
+        return run
+    with repo.heartbeat(run.id):
+        try:
+            return _replan(repo, fleet, order, run, profile_store)
+        except PlannerError:
+            raise
+        except Exception as error:  # a bug: the run must not stay "running"
+            reason = f"internal error: {type(error).__name__}: {error}"
+            repo.finish_run(run.id, status="failed", reason=reason)
+            raise
+
+
+def check_order(order: ReplanRequest) -> None:
+    """What a REPLAN asks that this installation cannot do, refused before any run is recorded (HTTP 400,
+    CLI exit 1): an ETS forecast without the `forecast` extra."""
+    if order.forecast is not None and order.forecast.method == "ets":
+        from fleetplan.replan.forecast import ets_available
+
+        if not ets_available():
+            raise InputError(ETS_MISSING, field="forecast.method")
 
 
 def _replan(
@@ -179,4 +194,4 @@ def plan_of(run: Run, repo: Repository) -> Plan | None:
     return None if run.plan_id is None else repo.get_plan(run.plan_id).plan
 
 
-__all__ = ["DEFAULT_CHURN_PENALTY", "plan_of", "profile_record", "replan", "replan_request"]
+__all__ = ["DEFAULT_CHURN_PENALTY", "check_order", "plan_of", "profile_record", "replan", "replan_request"]

@@ -1,11 +1,17 @@
 """The repository: fleets, profile sets, plans and runs in and out of the database as models' Structs.
 
 Every method is one transaction. Writes begin as writers (BEGIN IMMEDIATE on SQLite; the fleet row locked
-FOR UPDATE on PostgreSQL), so two re-plans of one fleet queue instead of interleaving. `finish_run` is
-the promotion: the new plan row, the previous plan's state, the current-plan pointer and the run's outcome
-are written in one transaction, so a reader (or a crash) sees either all of it or none of it.
+FOR UPDATE on PostgreSQL), so two writes to one fleet queue instead of interleaving. Reads see one snapshot
+(SQLite's WAL; REPEATABLE READ on PostgreSQL). `finish_run` is the promotion: the new plan row, the previous
+plan's state, the current-plan pointer and the run's outcome are written in one transaction, so a reader
+(or a crash) sees either all of it or none of it.
+
+One re-plan of a fleet at a time: `start_run` marks the fleet's abandoned runs `failed` (store.leases) and
+refuses a run while another is alive; `finish_run` promotes only over the plan its run started from.
 """
 
+import logging
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
@@ -30,10 +36,12 @@ from fleetplan.models.store import (
     RunStatus,
 )
 from fleetplan.store.engine import WRITE_OPTION, current_revision, head_revision, make_engine
+from fleetplan.store.leases import HEARTBEAT_S, RUN_LEASE_S, abandoned_reason, owner, utc_now
 from fleetplan.store.records import plan_record, plan_select, profile_set_record, run_record, run_select
 from fleetplan.store.tables import current_plans, fleet_versions, fleets, plans, profile_sets, runs
 
 MAX_PAGE = 500
+log = logging.getLogger(__name__)
 
 
 def now() -> str:
@@ -45,10 +53,15 @@ def _json(obj: Any) -> str:
 
 
 class Repository:
-    """Fleets, plans and runs in one database (`engine`; default: store.engine.make_engine())."""
+    """Fleets, plans and runs in one database (`engine`; default: store.engine.make_engine()). A running
+    run refreshes its heartbeat every `heartbeat_s` and is abandoned after `lease_s` without one."""
 
-    def __init__(self, engine: Engine | None = None) -> None:
+    def __init__(
+        self, engine: Engine | None = None, *, lease_s: float = RUN_LEASE_S, heartbeat_s: float = HEARTBEAT_S
+    ) -> None:
         self.engine = engine or make_engine()
+        self.lease_s = lease_s
+        self.heartbeat_s = heartbeat_s
 
     @classmethod
     def from_url(cls, url: str | None = None) -> "Repository":
@@ -67,8 +80,11 @@ class Repository:
 
     @contextmanager
     def _read(self) -> Iterator[Connection]:
+        """A read transaction on one snapshot (PostgreSQL's default, READ COMMITTED, would let two selects
+        of one read see two different commits)."""
+        options = {"isolation_level": "REPEATABLE READ"} if self.engine.dialect.name == "postgresql" else {}
         try:
-            with self.engine.connect() as connection, connection.begin():
+            with self.engine.connect().execution_options(**options) as connection, connection.begin():
                 yield connection
         except sa.exc.OperationalError as error:
             raise StoreUnavailable(f"database error: {error.orig}") from error
@@ -193,13 +209,90 @@ class Repository:
     # ---- runs -------------------------------------------------------------------------------------
 
     def start_run(self, fleet: str, *, dry_run: bool = False) -> Run:
-        """Record a run as `running` (committed at once: a crashed run stays visible as running)."""
+        """Record a run as `running`, with its owner and the plan in force as the plan it starts from
+        (committed at once). The fleet's abandoned runs are marked `failed` first; while another run of
+        the fleet is alive, the new one is recorded as `failed` at once ("refused: ...") and returned so."""
+        readable, key = owner()
         with self._write() as db:
-            fleet_id = _fleet_id(db, fleet)
-            run_id = db.execute(
-                runs.insert().values(fleet_id=fleet_id, started_at=now(), status="running", dry_run=dry_run)
-            ).inserted_primary_key[0]
+            row = _fleet_row(db, fleet, lock=True)
+            if row is None:
+                raise NotFound(f"unknown fleet {fleet!r}; create it with PUT /fleets/{fleet}", field="name")
+            fleet_id = int(row.id)
+            alive = [r for r in _running(db, fleet_id) if not self._reaped(db, r)]
+            stamp = now()
+            values: dict[str, Any] = dict(
+                fleet_id=fleet_id,
+                started_at=stamp,
+                status="running",
+                dry_run=dry_run,
+                owner=readable,
+                owner_key=key,
+                heartbeat_at=stamp,
+                previous_plan_id=_pointer(db, fleet_id),
+            )
+            if alive:
+                other = alive[0]
+                values.update(
+                    status="failed",
+                    finished_at=stamp,
+                    reason=(
+                        f"refused: run {other.id} of fleet {fleet} is still running ({other.owner}, started "
+                        f"{other.started_at}, last heartbeat {other.heartbeat_at}); one re-plan of a fleet "
+                        "at a time"
+                    ),
+                )
+            run_id = db.execute(runs.insert().values(**values)).inserted_primary_key[0]
             return run_record(db.execute(run_select().where(runs.c.id == run_id)).one())
+
+    def _reaped(self, db: Connection, row) -> bool:
+        """Mark the running run `row` `failed` if it is abandoned (store.leases); True when it was."""
+        reason = abandoned_reason(row, utc_now(), self.lease_s)
+        if reason is None:
+            return False
+        db.execute(
+            runs.update()
+            .where(runs.c.id == row.id, runs.c.status == "running")
+            .values(status="failed", finished_at=now(), reason=reason)
+        )
+        log.warning("run %s of fleet id %s marked failed: %s", row.id, row.fleet_id, reason)
+        return True
+
+    def reap_abandoned(self, fleet: str) -> list[int]:
+        """Mark the fleet's abandoned running runs `failed` with the reason; their ids. Reads first, and
+        writes only when there is one to mark."""
+        with self._read() as db:
+            stale = [
+                r for r in _running(db, _fleet_id(db, fleet)) if abandoned_reason(r, utc_now(), self.lease_s)
+            ]
+        if not stale:
+            return []
+        with self._write() as db:
+            return [int(r.id) for r in _running(db, _fleet_id(db, fleet), lock=True) if self._reaped(db, r)]
+
+    @contextmanager
+    def heartbeat(self, run_id: int) -> Iterator[None]:
+        """Refresh the run's heartbeat every `heartbeat_s` from a daemon thread while the block runs."""
+        stop = threading.Event()
+
+        def beat() -> None:
+            while not stop.wait(self.heartbeat_s):
+                try:
+                    with self._write() as db:
+                        db.execute(
+                            runs.update()
+                            .where(runs.c.id == run_id, runs.c.status == "running")
+                            .values(heartbeat_at=now())
+                        )
+                except (StoreUnavailable, sa.exc.SQLAlchemyError) as error:  # the next beat tries again
+                    log.warning("heartbeat of run %s failed: %s", run_id, error)
+
+        thread = threading.Thread(target=beat, name=f"fleetplan-run-{run_id}-heartbeat", daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            thread.join()
 
     def finish_run(
         self,
@@ -215,15 +308,20 @@ class Repository:
     ) -> Run:
         """Finish a run in one transaction: store its plan (request, fleet version, plan, profile set) if
         any, as `current` when `promote` (the previous current plan becomes `superseded` and the pointer
-        moves) or else as `candidate`, and record status, reason, diff, forecast and gate."""
+        moves) or else as `candidate`, and record status, reason, diff, forecast and gate.
+
+        A run promotes (or is `unchanged`) only while it is still `running` and the fleet's current plan is
+        the one it started from; otherwise (another run promoted meanwhile, or this one was declared
+        abandoned) it is `kept`, its plan stored as a candidate, and the reason says so."""
         with self._write() as db:
             row = db.execute(sa.select(runs).where(runs.c.id == run_id)).one_or_none()
             if row is None:
                 raise NotFound(f"no run with id {run_id}", field="id")
             _lock_fleet(db, row.fleet_id)
-            previous = db.execute(
-                sa.select(current_plans.c.plan_id).where(current_plans.c.fleet_id == row.fleet_id)
-            ).scalar_one_or_none()
+            previous = _pointer(db, row.fleet_id)
+            conflict = _conflict(row, previous)
+            if conflict and status in ("promoted", "unchanged"):
+                status, reason, promote = "kept", f"not promoted: {conflict}; re-plan again", False
             plan_id = None
             if plan is not None:
                 plan_id = _insert_plan(db, row.fleet_id, plan, "current" if promote else "candidate")
@@ -248,14 +346,23 @@ class Repository:
             return run_record(db.execute(run_select().where(runs.c.id == run_id)).one())
 
     def get_run(self, run_id: int) -> Run:
+        """One run; a running one past its lease (or whose process is gone) is marked `failed` first."""
+        row = self._run_row(run_id)
+        if row.status == "running" and abandoned_reason(row, utc_now(), self.lease_s):
+            self.reap_abandoned(row.fleet)
+            row = self._run_row(run_id)
+        return run_record(row)
+
+    def _run_row(self, run_id: int):
         with self._read() as db:
             row = db.execute(run_select().where(runs.c.id == run_id)).one_or_none()
-            if row is None:
-                raise NotFound(f"no run with id {run_id}", field="id")
-            return run_record(row)
+        if row is None:
+            raise NotFound(f"no run with id {run_id}", field="id")
+        return row
 
     def list_runs(self, fleet: str, limit: int = 20, offset: int = 0) -> list[Run]:
-        """The fleet's runs, newest first."""
+        """The fleet's runs, newest first; abandoned running runs are marked `failed` first."""
+        self.reap_abandoned(fleet)
         with self._read() as db:
             fleet_id = _fleet_id(db, fleet)
             rows = db.execute(
@@ -295,6 +402,28 @@ def _fleet_id(db: Connection, name: str) -> int:
     if row is None:
         raise NotFound(f"unknown fleet {name!r}; create it with PUT /fleets/{name}", field="name")
     return int(row.id)
+
+
+def _running(db: Connection, fleet_id: int, *, lock: bool = False) -> list:
+    query = sa.select(runs).where(runs.c.fleet_id == fleet_id, runs.c.status == "running").order_by(runs.c.id)
+    return list(db.execute(query.with_for_update() if lock else query).all())
+
+
+def _pointer(db: Connection, fleet_id: int) -> int | None:
+    """The id of the fleet's current plan (None before its first promotion)."""
+    return db.execute(
+        sa.select(current_plans.c.plan_id).where(current_plans.c.fleet_id == fleet_id)
+    ).scalar_one_or_none()
+
+
+def _conflict(row, pointer: int | None) -> str | None:
+    """Why the run in `row` may not promote now, or None: it was marked finished meanwhile (declared
+    abandoned), or the current plan is no longer the one it started from."""
+    if row.status != "running":
+        return f"this run was marked {row.status} while it computed ({row.reason})"
+    if pointer != row.previous_plan_id:
+        return f"plan {pointer} became current while this run computed from plan {row.previous_plan_id}"
+    return None
 
 
 def _lock_fleet(db: Connection, fleet_id: int) -> None:

@@ -91,6 +91,10 @@ runs = sa.Table(
     sa.Column("forecast", sa.Text, nullable=True),
     sa.Column("gate", sa.Text, nullable=True),
     sa.Column("dry_run", sa.Boolean, nullable=False, default=False),
+    # who runs it and whether it is still alive (store.leases; migration 0002)
+    sa.Column("owner", sa.String(255), nullable=True),
+    sa.Column("owner_key", sa.String(255), nullable=True),
+    sa.Column("heartbeat_at", Stamp, nullable=True),
     sa.Index("ix_runs_fleet_id_id", "fleet_id", "id"),
 )
 

@@ -24,10 +24,16 @@ def run_migrations_online() -> None:
 
 
 def _run(connection) -> None:
+    """Every pending revision in one transaction: a failure anywhere rolls all of them back, rows and
+    revision. SQLite's DDL is transactional too (the engine begins every transaction itself, BEGIN
+    IMMEDIATE), but Alembic assumes it is not and would commit after each revision: hence transactional_ddl.
+    """
     context.configure(
         connection=connection,
         target_metadata=metadata,
         render_as_batch=connection.dialect.name == "sqlite",
+        transactional_ddl=True,
+        transaction_per_migration=False,
     )
     with context.begin_transaction():
         context.run_migrations()
