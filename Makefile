@@ -10,7 +10,7 @@ PORT ?= 8000
 $(BIN)/fleetplan: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[test,pyomo,ortools,profile-cpu,plot,postgres,dask]'
+	$(BIN)/pip install --quiet -e '.[test,pyomo,ortools,profile-cpu,plot,postgres,dask,forecast]'
 	touch $(BIN)/fleetplan
 
 install: $(BIN)/fleetplan
