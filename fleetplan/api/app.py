@@ -21,6 +21,7 @@ from litestar.dto.data_structures import DTOFieldDefinition
 from litestar.enums import HttpMethod, RequestEncodingType
 from litestar.exceptions import HTTPException, NotFoundException
 from litestar.openapi import OpenAPIConfig, ResponseSpec
+from litestar.openapi.plugins import RedocRenderPlugin
 from litestar.openapi.spec import Reference, Schema
 from litestar.params import Body, Parameter, QueryParameter
 from litestar.typing import FieldDefinition
@@ -29,6 +30,7 @@ from fleetplan import __version__
 from fleetplan.api.auth import auth_guard
 from fleetplan.api.errors import PROBLEM_JSON, problem_response
 from fleetplan.api.observe import ARRIVED_KEY, Metrics, metrics_endpoint, request_middleware
+from fleetplan.api.openapi import ContractJson
 from fleetplan.api.schemas import Health, Problem, ProfileSetSummary
 from fleetplan.api.service import check_plan_limits, check_upload_limits, upload_profile_set
 from fleetplan.api.settings import Settings, load_settings
@@ -325,6 +327,8 @@ def create_app(
             version=VERSION,
             path="/schema",
             description="Placement planner for LLM serving fleets (docs/api.md).",
+            # /schema: the rendered document; /schema/openapi.json: the document with this server's rules
+            render_plugins=[RedocRenderPlugin(), ContractJson(settings)],
         ),
         debug=False,
     )

@@ -20,6 +20,8 @@ from litestar.enums import HttpMethod, RequestEncodingType
 from litestar.params import Body, Parameter, QueryParameter
 
 from fleetplan.api.app import _CodecDTO, _problems
+from fleetplan.api.service import check_plan_limits
+from fleetplan.models.base import NAME_PATTERN
 from fleetplan.models.codec import convert, decode, decode_request
 from fleetplan.models.errors import NotFound, ServerBusy
 from fleetplan.models.plan import PlanRequest
@@ -30,11 +32,14 @@ from fleetplan.store.repository import Repository
 WRITE = {"write": True}
 TAGS = ["fleets"]
 READ_PROBLEMS = _problems(400, 401, 404, 503)  # 400: a bad path or paging parameter
-WRITE_PROBLEMS = _problems(400, 401, 403, 404, 413, 415, 503)
+WRITE_PROBLEMS = _problems(400, 401, 403, 404, 413, 415, 422, 503)  # 422: over a cap (PUT)
 Limit = Annotated[int, QueryParameter(ge=1, le=500, description="Page size")]
-Offset = Annotated[int, QueryParameter(ge=0, description="Items to skip (newest first)")]
-FleetName = Annotated[str, Parameter(description="The fleet's name")]
 ID_MAX = 2**63 - 1  # ids are 64-bit database integers: a larger one names nothing (400, not a 500)
+# a 64-bit database integer too (the fuzzer found a 500 on a larger offset)
+Offset = Annotated[int, QueryParameter(ge=0, le=ID_MAX, description="Items to skip (newest first)")]
+FleetName = Annotated[
+    str, Parameter(description="The fleet's name", min_length=1, max_length=128, pattern=NAME_PATTERN)
+]
 PlanId = Annotated[int, Parameter(ge=1, le=ID_MAX, description="A stored plan's id")]
 RunId = Annotated[int, Parameter(ge=1, le=ID_MAX, description="A run's id")]
 
@@ -113,6 +118,7 @@ async def fleet_options() -> Response[None]:
 def put_fleet(
     name: FleetName, data: Annotated[PlanRequest, Body(media_type=RequestEncodingType.JSON)], state: State
 ) -> FleetRecord:
+    check_plan_limits(data, state.settings)  # a stored fleet is re-planned by this server: its caps hold
     return _repo(state).put_fleet(name, data)
 
 

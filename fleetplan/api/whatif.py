@@ -17,6 +17,7 @@ from litestar.openapi import ResponseSpec
 from litestar.params import Body, QueryParameter
 
 from fleetplan.api.app import _CodecDTO, _problems
+from fleetplan.api.service import check_plan_limits
 from fleetplan.models.codec import convert, decode, encode
 from fleetplan.models.errors import InputError, SolverFailure
 from fleetplan.models.plan import PlanRequest
@@ -93,6 +94,7 @@ async def post_whatif(
         raise InputError(f"unknown plot {plot!r}; one of {', '.join(PLOTS)}", field="plot")
     if plot == "heatmap" and len(data.axes) != 2:
         raise InputError("heatmap needs a sweep over two axes", field="plot")
+    check_plan_limits(data.base, state.settings)
     form = _form(request.headers.get("accept", ""), plot)
     store: ProfileStore = state.store
     deadline = whatif_deadline_s(data)
