@@ -34,7 +34,9 @@ TAGS = ["fleets"]
 READ_PROBLEMS = _problems(400, 401, 404, 503)  # 400: a bad path or paging parameter
 WRITE_PROBLEMS = _problems(400, 401, 403, 404, 413, 415, 422, 503)  # 422: over a cap (PUT)
 Limit = Annotated[int, QueryParameter(ge=1, le=500, description="Page size")]
-ID_MAX = 2**63 - 1  # ids are 64-bit database integers: a larger one names nothing (400, not a 500)
+# ids are 64-bit database integers: a larger one names nothing (400, not a 500). 2**62, not 2**63 - 1: the
+# OpenAPI document carries the bound as a JSON number, and 2**63 - 1 is no double (it rounds up to 2**63)
+ID_MAX = 2**62
 # a 64-bit database integer too (the fuzzer found a 500 on a larger offset)
 Offset = Annotated[int, QueryParameter(ge=0, le=ID_MAX, description="Items to skip (newest first)")]
 FleetName = Annotated[

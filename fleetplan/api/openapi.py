@@ -69,9 +69,22 @@ def apply_caps(schemas: dict[str, Any], settings: Settings) -> None:
                 request["properties"]["options"].pop("default", None)
 
 
+def _integer_bounds(document: dict[str, Any]) -> None:
+    """Litestar writes an integer parameter's bounds as floats (500.0): write them as integers."""
+    for path in document.get("paths", {}).values():
+        for operation in path.values():
+            for parameter in operation.get("parameters", []) if isinstance(operation, dict) else []:
+                schema = parameter.get("schema", {})
+                if schema.get("type") == "integer":
+                    for key in ("minimum", "maximum"):
+                        if isinstance(schema.get(key), float) and schema[key].is_integer():
+                            schema[key] = int(schema[key])
+
+
 def refine(document: dict[str, Any], settings: Settings) -> dict[str, Any]:
     """`document` (Litestar's) with every fleetplan Struct's schema replaced and the caps written in."""
     document = copy.deepcopy(document)
+    _integer_bounds(document)
     schemas: dict[str, Any] = document.setdefault("components", {}).setdefault("schemas", {})
     structs = _structs()
     wire = [structs[name] for name in sorted(schemas) if name in structs]
