@@ -224,6 +224,33 @@ def test_a_full_queue_is_refused_at_once_and_timed_out_children_are_killed(
     assert not pool._children  # every child reaped
 
 
+def test_a_burst_is_admitted_up_to_slots_plus_queue(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Five requests in the same instant, one slot, a queue of one: two are admitted, three refused at
+    once (admission counts the requests admitted before that have not yet acquired their slot)."""
+    monkeypatch.setattr(fleetplan.api.workers, "plan_in_child", _hang)
+    pool = SolvePool(slots=1, queue=1, context=cli_context, max_retry_after_s=7)
+    outcomes: list[Exception] = []
+
+    async def one() -> None:
+        try:
+            await pool.run(_request(0.5), None, time.monotonic() + 0.5)
+        except (ServerBusy, DeadlineExceeded) as error:
+            outcomes.append(error)
+
+    async def main() -> None:
+        async with anyio.create_task_group() as group:
+            for _ in range(5):
+                group.start_soon(one)
+
+    pool.mean_solve_s = 0.01  # no refusal for the expected wait: only for the full queue
+    anyio.run(main)
+    refused = [e for e in outcomes if isinstance(e, ServerBusy) and "requests are queued" in e.message]
+    assert len(refused) == 3, [e.message for e in outcomes]
+    assert pool.running == pool.waiting == 0
+    pool.mean_solve_s = 100.0  # a long estimate: Retry-After is capped below the keep-alive
+    assert pool.retry_after_s() == 7
+
+
 def test_busy_answer_is_503_with_retry_after(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     pool = SolvePool(slots=1, queue=0, context=cli_context)
     pool.running = 1  # as if a solve held the only slot

@@ -286,7 +286,12 @@ def create_app(
 
     settings = settings or load_settings()
     slots = max_concurrent_solves or settings.max_concurrent_solves
-    solves = pool or SolvePool(slots=slots, queue=settings.max_queued_solves, context=server_context)
+    solves = pool or SolvePool(
+        slots=slots,
+        queue=settings.max_queued_solves,
+        context=server_context,
+        max_retry_after_s=settings.keep_alive_s - 5,
+    )
 
     async def on_startup(app: Litestar) -> None:
         # what-if sweeps run in worker threads, as many at a time as there are solve slots (a limiter binds

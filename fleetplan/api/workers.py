@@ -34,8 +34,9 @@ if TYPE_CHECKING:  # the parent never imports the solver stack (pandas, highspy)
     from fleetplan.profiler.store import ProfileStore
     from fleetplan.solver.deadline import Deadline
 
-# solves run at a lower CPU priority than the server's event loop
-CHILD_NICENESS = 5
+# solves run at a lower CPU priority than the server's event loop (GET /health, admission and answers
+# stay responsive while every core solves): at nice 10 a solve gets ~10% of a core the loop wants
+CHILD_NICENESS = 10
 # the child stops its own work this long before the answer is due, to send it back in time
 SEND_MARGIN_S = 0.1
 # a child gets this long after its deadline before it is killed (it has usually ended by then)
@@ -181,6 +182,8 @@ class SolvePool:
     rejected: int = 0
     # recent solve durations (seconds): the admission estimate of how long a queued request waits
     mean_solve_s: float = 1.0
+    # Retry-After never asks for more (fleetplan/api/server.py keeps idle connections open longer)
+    max_retry_after_s: int = 20
     _slots: anyio.Semaphore | None = None
     _children: set[Child] = field(default_factory=set)
     _waiters: set[anyio.CancelScope] = field(default_factory=set)
@@ -191,21 +194,31 @@ class SolvePool:
             self._slots = anyio.Semaphore(self.slots)
         return self._slots
 
+    def queued(self) -> int:
+        """Requests that hold no slot yet and will not get a free one at once: the queue proper. (A
+        request that was admitted to a free slot counts as waiting until its task acquires it.)"""
+        return max(self.running + self.waiting - self.slots, 0)
+
     def retry_after_s(self) -> int:
-        """Seconds until a slot may be free: the queue ahead divided over the slots, times a solve."""
-        ahead = self.waiting + max(self.running - self.slots + 1, 0)
-        return max(1, math.ceil(self.mean_solve_s * (1 + ahead / self.slots)))
+        """Seconds until a slot may be free: the queue ahead divided over the slots, times a solve; never
+        more than `max_retry_after_s` (the server keeps an idle connection open longer than that)."""
+        ahead = self.queued()
+        estimate = max(1, math.ceil(self.mean_solve_s * (1 + ahead / self.slots)))
+        return min(estimate, self.max_retry_after_s)
 
     def admit(self, request: PlanRequest, deadline_at: float) -> None:
         """Refuse at once (ServerBusy, 503 + Retry-After) when the queue is full or the wait expected
         ahead would leave the request no time of its own."""
         if self.closed:
             self._reject("the server is shutting down")
-        if self.running < self.slots:
+        # running + waiting, not running alone: a burst of requests is admitted before the first of them
+        # has acquired its slot, and each must see the ones admitted before it
+        if self.running + self.waiting < self.slots:
             return
-        if self.waiting >= self.queue:
-            self._reject(f"all {self.slots} solver slots are busy and {self.waiting} requests are queued")
-        expected_wait = self.mean_solve_s * (self.waiting + 1) / self.slots
+        queued = self.queued()
+        if queued >= self.queue:
+            self._reject(f"all {self.slots} solver slots are busy and {queued} requests are queued")
+        expected_wait = self.mean_solve_s * (queued + 1) / self.slots
         if expected_wait >= 0.5 * (deadline_at - time.monotonic()):
             self._reject(
                 f"all {self.slots} solver slots are busy; the expected wait ({expected_wait:.1f} s) would "
