@@ -50,7 +50,8 @@ def server_context() -> BaseContext:
     global _server_context
     if _server_context is None:
         ctx = multiprocessing.get_context("forkserver")
-        ctx.set_forkserver_preload(["fleetplan.api.workers", "fleetplan.solver"])
+        # fleetplan.api.warmup plans one small request in the fork server (its children start warm)
+        ctx.set_forkserver_preload(["fleetplan.api.workers", "fleetplan.solver", "fleetplan.api.warmup"])
         _server_context = ctx
     return _server_context
 
