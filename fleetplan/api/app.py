@@ -8,9 +8,9 @@ conversion, which is lax (it takes "4" for an int) and reports every error at th
 """
 
 import time
-from collections.abc import Generator
+from collections.abc import Awaitable, Callable, Generator
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
 import anyio
 import anyio.to_thread
@@ -42,6 +42,7 @@ from fleetplan.models.profile import ProfileSetManifest, ProfileUpload
 from fleetplan.profiler.store import ProfileStore, bundled_root
 
 VERSION = __version__
+T = TypeVar("T")
 # the answer is due this long before time_limit_s ends: encoding and sending it
 SEND_RESERVE_S = 0.1
 
@@ -142,23 +143,17 @@ async def post_plan(
 async def plan_until(state: State, data: PlanRequest, at: float, request: Request) -> Plan:
     """state.solves.run, cancelled (its child killed) if the client disconnects first; counted."""
     metrics: Metrics = state.metrics
-    plan: Plan | None = None
-    error: Exception | None = None
     began = time.monotonic()
-    async with anyio.create_task_group() as group:
-        group.start_soon(_cancel_on_disconnect, request, group.cancel_scope)
-        try:
-            plan = await state.solves.run(data, state.store, at)
-        except Exception as failed:  # raised as itself, not wrapped in the group's ExceptionGroup
-            error = failed
-        group.cancel_scope.cancel()
-    if isinstance(error, ServerBusy):
+    try:
+        plan: Plan | None = await until_disconnect(request, lambda: state.solves.run(data, state.store, at))
+    except ServerBusy:
         metrics.rejected.inc()
-        raise error
-    metrics.solve_seconds.observe(time.monotonic() - began)
-    if error is not None:
+        raise
+    except Exception as error:
+        metrics.solve_seconds.observe(time.monotonic() - began)
         metrics.outcomes.labels("timeout" if isinstance(error, DeadlineExceeded) else "error").inc()
-        raise error
+        raise
+    metrics.solve_seconds.observe(time.monotonic() - began)
     if plan is None:
         metrics.outcomes.labels("disconnected").inc()
         raise ClientGone("the client disconnected; its solve was stopped")
@@ -167,6 +162,23 @@ async def plan_until(state: State, data: PlanRequest, at: float, request: Reques
     if plan.mip_gap is not None:
         metrics.gap.observe(plan.mip_gap)
     return plan
+
+
+async def until_disconnect(request: Request, work: Callable[[], Awaitable[T]]) -> T | None:
+    """`await work()`, cancelled if the client disconnects first (then None): work in a SolvePool child
+    is killed by the cancellation. Its exception is raised as itself, not in an ExceptionGroup."""
+    result: T | None = None
+    error: Exception | None = None
+    async with anyio.create_task_group() as group:
+        group.start_soon(_cancel_on_disconnect, request, group.cancel_scope)
+        try:
+            result = await work()
+        except Exception as failed:
+            error = failed
+        group.cancel_scope.cancel()
+    if error is not None:
+        raise error
+    return result
 
 
 async def _cancel_on_disconnect(request: Request, scope: anyio.CancelScope) -> None:
@@ -294,9 +306,6 @@ def create_app(
     )
 
     async def on_startup(app: Litestar) -> None:
-        # what-if sweeps run in worker threads, as many at a time as there are solve slots (a limiter binds
-        # to the running event loop, so it is made here)
-        app.state.solve_limiter = anyio.CapacityLimiter(slots)
         await anyio.to_thread.run_sync(solves.warm)
 
     def on_shutdown(app: Litestar) -> None:

@@ -48,11 +48,13 @@ def replan(
     order: ReplanRequest | None = None,
     *,
     profile_store: ProfileStore | None = None,
+    run: Run | None = None,
 ) -> Run:
     """Re-plan `fleet` and record the run; returns the finished RUN (raises only for an unknown fleet or
-    an unreachable store: every other failure is the run's status and reason)."""
+    an unreachable store: every other failure is the run's status and reason). `run`: a run the caller
+    started already (the HTTP service does, in the process that may have to mark it failed)."""
     order = order or ReplanRequest()
-    run = repo.start_run(fleet, dry_run=order.dry_run)
+    run = run or repo.start_run(fleet, dry_run=order.dry_run)
     try:
         return _replan(repo, fleet, order, run, profile_store)
     except PlannerError:
