@@ -17,9 +17,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import multiprocessing
+import os
 import time
 from collections import Counter
 from datetime import UTC, datetime
+from typing import Any
 
 import httpx
 
@@ -54,16 +57,33 @@ async def client_loop(client: httpx.AsyncClient, base: str, body: bytes, until: 
         out.append((kind, time.monotonic() - began))
 
 
-async def health_loop(client: httpx.AsyncClient, base: str, until: float, out: list) -> None:
-    while time.monotonic() < until:
-        began = time.monotonic()
-        try:
-            r = await client.get(f"{base}/health", timeout=10)
-            ok = r.status_code == 200
-        except httpx.HTTPError:
-            ok = False
-        out.append((ok, time.monotonic() - began))
-        await asyncio.sleep(0.1)
+def health_prober(base: str, seconds: float, out: Any) -> None:
+    """GET /health every 0.1 s for `seconds`, in a process of its own (a blocking client): the latency is
+    the server's, not the 50 load clients' event loop's (they share one Python process and its GIL).
+    Sends [(ok, seconds), ...] to `out` (a pipe end)."""
+    samples = []
+    until = time.monotonic() + seconds
+    with httpx.Client() as client:
+        while time.monotonic() < until:
+            began = time.monotonic()
+            try:
+                ok = client.get(f"{base}/health", timeout=10).status_code == 200
+            except httpx.HTTPError:
+                ok = False
+            samples.append((ok, time.monotonic() - began))
+            time.sleep(0.1)
+    out.send(samples)
+    out.close()
+
+
+async def health_in_a_process(base: str, seconds: float, out: list) -> None:
+    ctx = multiprocessing.get_context("spawn")
+    receive, send = ctx.Pipe(duplex=False)
+    prober = ctx.Process(target=health_prober, args=(base, seconds, send), daemon=True)
+    prober.start()
+    send.close()
+    out.extend(await asyncio.to_thread(receive.recv))
+    await asyncio.to_thread(prober.join)
 
 
 async def memory_loop(server: Server, until: float, out: list) -> None:
@@ -85,11 +105,11 @@ async def run_load(server: Server, body: bytes, clients: int, seconds: float) ->
     health: list = []
     memory: list = []
     limits = httpx.Limits(max_connections=clients + 5, max_keepalive_connections=clients + 5)
-    async with httpx.AsyncClient(limits=limits) as client, httpx.AsyncClient() as prober:
+    async with httpx.AsyncClient(limits=limits) as client:
         until = time.monotonic() + seconds
         await asyncio.gather(
             *(client_loop(client, server.base, body, until, plans) for _ in range(clients)),
-            health_loop(prober, server.base, until, health),
+            health_in_a_process(server.base, seconds, health),
             memory_loop(server, until, memory),
         )
     return {"plans": plans, "health": health, "memory": memory}
@@ -149,6 +169,7 @@ def main(argv: list[str] | None = None) -> int:
         alone_s = alone.elapsed.total_seconds()
         rss_idle = server.rss_kib()
         raw = asyncio.run(run_load(server, body, args.clients, args.seconds))
+        loadavg_after = os.getloadavg()
         metrics = httpx.get(f"{server.base}/metrics", timeout=10).text
     summary = summarize(raw, args.seconds)
     result = {
@@ -163,6 +184,7 @@ def main(argv: list[str] | None = None) -> int:
         "paper_alone_s": round(alone_s, 3),
         "paper_alone_status": alone.status_code,
         "rss_idle_kib": rss_idle,
+        "loadavg_after": [round(x, 2) for x in loadavg_after],
         **summary,
         "metrics_excerpt": [
             line for line in metrics.splitlines() if line.startswith(("fleetplan_solves", "fleetplan_plans"))
@@ -175,6 +197,7 @@ def main(argv: list[str] | None = None) -> int:
         f"(paper, time_limit_s {args.time_limit:g}), {args.solves} solver slots"
     )
     print(f"  paper alone (baseline): {alone_s:.2f} s, status {alone.status_code}")
+    print(f"  load average at start {machine['loadavg_at_start']}, after the load {result['loadavg_after']}")
     print(f"  outcomes: {summary['outcomes']}  errors: {summary['errors'] or 0}")
     print(f"  plans/s {summary['plans_per_s']}, 200 p50 {summary['ok_p50_s']} s, p99 {summary['ok_p99_s']} s")
     print(

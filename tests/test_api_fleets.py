@@ -1,7 +1,6 @@
 """The store's HTTP routes: fleets, plans, runs and replan over a real SQLite file, problem+json errors,
 write routes marked for the auth guard, and the schema documenting them."""
 
-import anyio
 import pytest
 from litestar.testing import TestClient
 from store_helpers import tiny_request
@@ -90,20 +89,14 @@ def test_write_routes_are_marked_and_documented(client):
         assert path in paths
 
 
-class _BusyLimiter:
-    """Every solve slot taken (what anyio.CapacityLimiter.acquire_nowait does then)."""
-
-    def acquire_nowait(self) -> None:
-        raise anyio.WouldBlock
-
-    def release(self) -> None:  # pragma: no cover - never acquired
-        raise AssertionError("released a slot it never took")
-
-
 def test_a_replan_with_every_solve_slot_busy_answers_503_at_once(client):
     assert client.put("/fleets/tiny", json=to_builtins(tiny_request())).status_code == 200
-    client.app.state.solve_limiter = _BusyLimiter()
-    busy = client.post("/fleets/tiny/replan", json={})
+    pool = client.app.state.solves  # the pool POST /plan and POST /whatif share
+    pool.running, pool.queue = pool.slots, 0  # as if every slot solved and nothing may queue
+    try:
+        busy = client.post("/fleets/tiny/replan", json={})
+    finally:
+        pool.running = 0
     assert busy.status_code == 503
     assert busy.headers["content-type"].startswith("application/problem+json")
     assert int(busy.headers["Retry-After"]) >= 1

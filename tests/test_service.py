@@ -17,13 +17,16 @@ import pytest
 from litestar.testing import TestClient
 from test_api import ROWS, assert_problem, inline_request, post
 
+import fleetplan.api.fleets
+import fleetplan.api.whatif
 import fleetplan.api.workers
 from fleetplan.api.app import create_app
 from fleetplan.api.auth import check_token
 from fleetplan.api.settings import Settings, SettingsError, load_settings
 from fleetplan.api.workers import SolvePool, cli_context
-from fleetplan.models.codec import decode_request
+from fleetplan.models.codec import decode, decode_request
 from fleetplan.models.errors import DeadlineExceeded, Forbidden, ServerBusy, Unauthorized
+from fleetplan.models.whatif import WhatIfRequest
 from fleetplan.profiler.store import ProfileStore, bundled_root
 
 TOKEN = "s3cret-token"
@@ -224,6 +227,33 @@ def test_a_full_queue_is_refused_at_once_and_timed_out_children_are_killed(
     assert not pool._children  # every child reaped
 
 
+def test_a_burst_is_admitted_up_to_slots_plus_queue(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Five requests in the same instant, one slot, a queue of one: two are admitted, three refused at
+    once (admission counts the requests admitted before that have not yet acquired their slot)."""
+    monkeypatch.setattr(fleetplan.api.workers, "plan_in_child", _hang)
+    pool = SolvePool(slots=1, queue=1, context=cli_context, max_retry_after_s=7)
+    outcomes: list[Exception] = []
+
+    async def one() -> None:
+        try:
+            await pool.run(_request(0.5), None, time.monotonic() + 0.5)
+        except (ServerBusy, DeadlineExceeded) as error:
+            outcomes.append(error)
+
+    async def main() -> None:
+        async with anyio.create_task_group() as group:
+            for _ in range(5):
+                group.start_soon(one)
+
+    pool.mean_solve_s = 0.01  # no refusal for the expected wait: only for the full queue
+    anyio.run(main)
+    refused = [e for e in outcomes if isinstance(e, ServerBusy) and "requests are queued" in e.message]
+    assert len(refused) == 3, [e.message for e in outcomes]
+    assert pool.running == pool.waiting == 0
+    pool.mean_solve_s = 100.0  # a long estimate: Retry-After is capped below the keep-alive
+    assert pool.retry_after_s() == 7
+
+
 def test_busy_answer_is_503_with_retry_after(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     pool = SolvePool(slots=1, queue=0, context=cli_context)
     pool.running = 1  # as if a solve held the only slot
@@ -268,3 +298,73 @@ def test_every_planner_error_has_its_slug_and_status_in_the_one_map() -> None:
     assert classes <= ERRORS.keys(), classes - ERRORS.keys()
     assert len({slug for slug, _ in ERRORS.values()}) == len(ERRORS)  # slugs are unique
     assert all(status == cls.status_code for cls, (_, status) in ERRORS.items())
+
+
+# --- what-if and re-plan in killable workers --------------------------------------------------------------
+
+
+def _hang_writing_pid(*args: Any) -> None:
+    """A worker that never finishes: writes its pid where the test finds it, then sleeps."""
+    Path(os.environ["FLEETPLAN_TEST_PID_FILE"]).write_text(str(os.getpid()))
+    time.sleep(60)
+
+
+def _gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+@pytest.fixture
+def hanging(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
+    pid_file = tmp_path / "pid"
+    monkeypatch.setenv("FLEETPLAN_TEST_PID_FILE", str(pid_file))
+    monkeypatch.setattr(fleetplan.api.workers, "whatif_in_child", _hang_writing_pid)
+    monkeypatch.setattr(fleetplan.api.whatif, "whatif_in_child", _hang_writing_pid)
+    monkeypatch.setattr(fleetplan.api.fleets, "replan_in_child", _hang_writing_pid)
+    return pid_file
+
+
+def test_a_whatif_sweep_is_killed_at_its_deadline(hanging: Path) -> None:
+    base = inline_request()
+    base["options"]["time_limit_s"] = 0.5
+    body = {"base": base, "axes": [{"param": "demand_scale", "values": [1.0]}], "marginal": False}
+    budget = fleetplan.api.whatif.whatif_deadline_s(decode(json.dumps(body).encode(), WhatIfRequest))
+    pool = SolvePool(slots=1, queue=1, context=cli_context)  # fork: the child runs the patched function
+    app = create_app(ProfileStore([bundled_root()]), settings=Settings(), pool=pool)
+    with TestClient(app) as client:
+        began = time.monotonic()
+        answer = client.post(
+            "/whatif", content=json.dumps(body), headers={"content-type": "application/json"}
+        )
+        took = time.monotonic() - began
+    assert_problem(answer, 503, "base.options.time_limit_s", says="the sweep was stopped")
+    assert budget - 0.5 < took < budget + 2
+    assert _gone(int(hanging.read_text()))  # the sweep's process ended with the answer
+    assert pool.running == 0
+    assert not pool._children
+
+
+def test_a_replan_is_killed_at_its_deadline_and_its_run_marked_failed(
+    hanging: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setattr(fleetplan.api.fleets, "REPLAN_GATE_S", 1.0)
+    settings = Settings(allow_anonymous_writes=True, max_time_limit_s=1, min_time_limit_s=0.5)
+    budget = fleetplan.api.fleets.replan_budget_s(settings)  # 2 x 1 s + 1 s
+    pool = SolvePool(slots=1, queue=1, context=cli_context)
+    app = create_app(settings=settings, pool=pool, database_url=f"sqlite:///{tmp_path / 'fleets.db'}")
+    fleet = inline_request()
+    fleet["options"]["time_limit_s"] = 1
+    with TestClient(app) as client:
+        assert client.put("/fleets/f", json=fleet).status_code == 200
+        began = time.monotonic()
+        answer = client.post("/fleets/f/replan", json={})
+        took = time.monotonic() - began
+        runs = client.get("/fleets/f/runs").json()
+    assert_problem(answer, 503, says="did not finish within 3 s")
+    assert budget - 0.5 < took < budget + 2
+    assert _gone(int(hanging.read_text()))
+    assert [(r["status"], r["reason"].split(":")[0]) for r in runs] == [("failed", "stopped")]
+    assert not pool._children

@@ -8,9 +8,9 @@ conversion, which is lax (it takes "4" for an int) and reports every error at th
 """
 
 import time
-from collections.abc import Generator
+from collections.abc import Awaitable, Callable, Generator
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
 import anyio
 import anyio.to_thread
@@ -21,6 +21,7 @@ from litestar.dto.data_structures import DTOFieldDefinition
 from litestar.enums import HttpMethod, RequestEncodingType
 from litestar.exceptions import HTTPException, NotFoundException
 from litestar.openapi import OpenAPIConfig, ResponseSpec
+from litestar.openapi.plugins import RedocRenderPlugin
 from litestar.openapi.spec import Reference, Schema
 from litestar.params import Body, Parameter, QueryParameter
 from litestar.typing import FieldDefinition
@@ -29,6 +30,7 @@ from fleetplan import __version__
 from fleetplan.api.auth import auth_guard
 from fleetplan.api.errors import PROBLEM_JSON, problem_response
 from fleetplan.api.observe import ARRIVED_KEY, Metrics, metrics_endpoint, request_middleware
+from fleetplan.api.openapi import ContractJson
 from fleetplan.api.schemas import Health, Problem, ProfileSetSummary
 from fleetplan.api.service import check_plan_limits, check_upload_limits, upload_profile_set
 from fleetplan.api.settings import Settings, load_settings
@@ -40,8 +42,12 @@ from fleetplan.models.profile import ProfileSetManifest, ProfileUpload
 from fleetplan.profiler.store import ProfileStore, bundled_root
 
 VERSION = __version__
-# the answer is due this long before time_limit_s ends: encoding and sending it
-SEND_RESERVE_S = 0.1
+T = TypeVar("T")
+# the work's deadline is this long before time_limit_s ends: after it the child is killed and reaped
+# (a 5,000-class request's child holds ~1 GB to tear down) and the answer encoded and sent. Measured
+# (bench/bounds.py, load average 8.8): the answer leaves 0.11-0.14 s after the deadline; 0.2 s keeps
+# every answer within time_limit_s itself
+SEND_RESERVE_S = 0.2
 
 
 class _CodecDTO:
@@ -140,23 +146,17 @@ async def post_plan(
 async def plan_until(state: State, data: PlanRequest, at: float, request: Request) -> Plan:
     """state.solves.run, cancelled (its child killed) if the client disconnects first; counted."""
     metrics: Metrics = state.metrics
-    plan: Plan | None = None
-    error: Exception | None = None
     began = time.monotonic()
-    async with anyio.create_task_group() as group:
-        group.start_soon(_cancel_on_disconnect, request, group.cancel_scope)
-        try:
-            plan = await state.solves.run(data, state.store, at)
-        except Exception as failed:  # raised as itself, not wrapped in the group's ExceptionGroup
-            error = failed
-        group.cancel_scope.cancel()
-    if isinstance(error, ServerBusy):
+    try:
+        plan: Plan | None = await until_disconnect(request, lambda: state.solves.run(data, state.store, at))
+    except ServerBusy:
         metrics.rejected.inc()
-        raise error
-    metrics.solve_seconds.observe(time.monotonic() - began)
-    if error is not None:
+        raise
+    except Exception as error:
+        metrics.solve_seconds.observe(time.monotonic() - began)
         metrics.outcomes.labels("timeout" if isinstance(error, DeadlineExceeded) else "error").inc()
-        raise error
+        raise
+    metrics.solve_seconds.observe(time.monotonic() - began)
     if plan is None:
         metrics.outcomes.labels("disconnected").inc()
         raise ClientGone("the client disconnected; its solve was stopped")
@@ -165,6 +165,23 @@ async def plan_until(state: State, data: PlanRequest, at: float, request: Reques
     if plan.mip_gap is not None:
         metrics.gap.observe(plan.mip_gap)
     return plan
+
+
+async def until_disconnect(request: Request, work: Callable[[], Awaitable[T]]) -> T | None:
+    """`await work()`, cancelled if the client disconnects first (then None): work in a SolvePool child
+    is killed by the cancellation. Its exception is raised as itself, not in an ExceptionGroup."""
+    result: T | None = None
+    error: Exception | None = None
+    async with anyio.create_task_group() as group:
+        group.start_soon(_cancel_on_disconnect, request, group.cancel_scope)
+        try:
+            result = await work()
+        except Exception as failed:
+            error = failed
+        group.cancel_scope.cancel()
+    if error is not None:
+        raise error
+    return result
 
 
 async def _cancel_on_disconnect(request: Request, scope: anyio.CancelScope) -> None:
@@ -284,12 +301,14 @@ def create_app(
 
     settings = settings or load_settings()
     slots = max_concurrent_solves or settings.max_concurrent_solves
-    solves = pool or SolvePool(slots=slots, queue=settings.max_queued_solves, context=server_context)
+    solves = pool or SolvePool(
+        slots=slots,
+        queue=settings.max_queued_solves,
+        context=server_context,
+        max_retry_after_s=settings.keep_alive_s - 5,
+    )
 
     async def on_startup(app: Litestar) -> None:
-        # what-if sweeps run in worker threads, as many at a time as there are solve slots (a limiter binds
-        # to the running event loop, so it is made here)
-        app.state.solve_limiter = anyio.CapacityLimiter(slots)
         await anyio.to_thread.run_sync(solves.warm)
 
     def on_shutdown(app: Litestar) -> None:
@@ -325,6 +344,8 @@ def create_app(
             version=VERSION,
             path="/schema",
             description="Placement planner for LLM serving fleets (docs/api.md).",
+            # /schema: the rendered document; /schema/openapi.json: the document with this server's rules
+            render_plugins=[RedocRenderPlugin(), ContractJson(settings)],
         ),
         debug=False,
     )

@@ -8,33 +8,47 @@ create_app's `database_url`), else at the first store request (the default SQLit
 
 import os
 import threading
+import time
 from functools import partial
 from typing import Annotated, Any
 
 import anyio
 import anyio.to_thread
-from litestar import Litestar, Response, Router, get, post, put, route
+from litestar import Litestar, Request, Response, Router, get, post, put, route
 from litestar.datastructures import State
 from litestar.dto import AbstractDTO
 from litestar.enums import HttpMethod, RequestEncodingType
 from litestar.params import Body, Parameter, QueryParameter
 
-from fleetplan.api.app import _CodecDTO, _problems
+from fleetplan.api.app import _CodecDTO, _problems, until_disconnect
+from fleetplan.api.observe import ARRIVED_KEY
+from fleetplan.api.service import check_plan_limits
+from fleetplan.api.settings import Settings
+from fleetplan.api.workers import SolvePool, replan_in_child
+from fleetplan.models.base import NAME_PATTERN
 from fleetplan.models.codec import convert, decode, decode_request
-from fleetplan.models.errors import NotFound, ServerBusy
+from fleetplan.models.errors import ClientGone, DeadlineExceeded, NotFound
 from fleetplan.models.plan import PlanRequest
 from fleetplan.models.store import FleetRecord, PlanRecord, ReplanRequest, Run
+from fleetplan.replan.service import check_order
 from fleetplan.store.engine import DATABASE_ENV
 from fleetplan.store.repository import Repository
 
 WRITE = {"write": True}
+# a re-plan's simulation gate gets this long after its solve's budget (replan_budget_s)
+REPLAN_GATE_S = 120.0
 TAGS = ["fleets"]
 READ_PROBLEMS = _problems(400, 401, 404, 503)  # 400: a bad path or paging parameter
-WRITE_PROBLEMS = _problems(400, 401, 403, 404, 413, 415, 503)
+WRITE_PROBLEMS = _problems(400, 401, 403, 404, 413, 415, 422, 503)  # 422: over a cap (PUT)
 Limit = Annotated[int, QueryParameter(ge=1, le=500, description="Page size")]
-Offset = Annotated[int, QueryParameter(ge=0, description="Items to skip (newest first)")]
-FleetName = Annotated[str, Parameter(description="The fleet's name")]
-ID_MAX = 2**63 - 1  # ids are 64-bit database integers: a larger one names nothing (400, not a 500)
+# ids are 64-bit database integers: a larger one names nothing (400, not a 500). 2**62, not 2**63 - 1: the
+# OpenAPI document carries the bound as a JSON number, and 2**63 - 1 is no double (it rounds up to 2**63)
+ID_MAX = 2**62
+# a 64-bit database integer too (the fuzzer found a 500 on a larger offset)
+Offset = Annotated[int, QueryParameter(ge=0, le=ID_MAX, description="Items to skip (newest first)")]
+FleetName = Annotated[
+    str, Parameter(description="The fleet's name", min_length=1, max_length=128, pattern=NAME_PATTERN)
+]
 PlanId = Annotated[int, Parameter(ge=1, le=ID_MAX, description="A stored plan's id")]
 RunId = Annotated[int, Parameter(ge=1, le=ID_MAX, description="A run's id")]
 
@@ -113,6 +127,7 @@ async def fleet_options() -> Response[None]:
 def put_fleet(
     name: FleetName, data: Annotated[PlanRequest, Body(media_type=RequestEncodingType.JSON)], state: State
 ) -> FleetRecord:
+    check_plan_limits(data, state.settings)  # a stored fleet is re-planned by this server: its caps hold
     return _repo(state).put_fleet(name, data)
 
 
@@ -179,25 +194,56 @@ def get_plan(plan_id: PlanId, state: State) -> PlanRecord:
     tags=TAGS,
 )
 async def post_replan(
-    name: FleetName, data: Annotated[ReplanRequest, Body(media_type=RequestEncodingType.JSON)], state: State
+    name: FleetName,
+    data: Annotated[ReplanRequest, Body(media_type=RequestEncodingType.JSON)],
+    state: State,
+    request: Request,
 ) -> Run:
-    """The re-plan runs in a worker thread holding one of the server's solve slots (`solve_limiter`, shared
-    with POST /whatif); with every slot busy the answer is an immediate 503 with Retry-After."""
-    limiter: anyio.CapacityLimiter = state.solve_limiter
+    """The re-plan runs in a child process holding one of the server's solve slots (the pool POST /plan and
+    POST /whatif use): a busy server answers 503 with Retry-After before any run is recorded; the child
+    is killed when `replan_budget_s` ends or the client disconnects, and its run is marked failed."""
+    check_order(data)  # what this installation cannot do: a 400 before any run is recorded
+    pool: SolvePool = state.solves
+    budget = replan_budget_s(state.settings)
+    at = (request.scope.get("state", {}).get(ARRIVED_KEY) or time.monotonic()) + budget
+    pool.admit(budget, at)
+    repository = await anyio.to_thread.run_sync(_repo, state)
+    run = await anyio.to_thread.run_sync(partial(repository.start_run, name, dry_run=data.dry_run))
+    if run.status != "running":  # refused: another re-plan of this fleet is alive (docs/store.md)
+        return run
+    msg = f"the re-plan did not finish within {budget:g} s (replan_budget_s) and was stopped"
+    timed_out = DeadlineExceeded(msg)
+    args = (_url_for_child(repository), run, data, state.store)
     try:
-        limiter.acquire_nowait()
-    except anyio.WouldBlock:
-        raise ServerBusy("every solve slot is busy with another re-plan or sweep; retry shortly") from None
-    try:
-        return await anyio.to_thread.run_sync(partial(_replan, state, name, data))
-    finally:
-        limiter.release()
+        done: Run | None = await until_disconnect(
+            request, lambda: pool.call(replan_in_child, args, at, budget, timed_out)
+        )
+    except Exception as error:
+        with anyio.CancelScope(shield=True):
+            await anyio.to_thread.run_sync(_fail_if_running, repository, run.id, f"stopped: {error}")
+        raise
+    if done is None:
+        with anyio.CancelScope(shield=True):
+            await anyio.to_thread.run_sync(_fail_if_running, repository, run.id, "stopped: the client left")
+        raise ClientGone("the client disconnected; its re-plan was stopped")
+    return done
 
 
-def _replan(state: State, name: str, data: ReplanRequest) -> Run:
-    from fleetplan.replan import replan
+def replan_budget_s(settings: Settings) -> float:
+    """How long a re-plan may take over HTTP: its solve (at most max_time_limit_s, the cap of every stored
+    fleet's time limit) and its fallbacks, then the simulation gate (REPLAN_GATE_S)."""
+    return 2 * settings.max_time_limit_s + REPLAN_GATE_S
 
-    return replan(_repo(state), name, data, profile_store=state.store)
+
+def _url_for_child(repository: Repository) -> str:
+    """The database URL a child opens its own connection with (no connection crosses a fork)."""
+    return repository.engine.url.render_as_string(hide_password=False)
+
+
+def _fail_if_running(repository: Repository, run_id: int, reason: str) -> None:
+    """A killed child leaves its run "running": mark it failed (unless the child finished it first)."""
+    if repository.get_run(run_id).status == "running":
+        repository.finish_run(run_id, status="failed", reason=reason)
 
 
 @get(

@@ -41,6 +41,7 @@ def serve(app: Litestar, settings: Settings) -> None:
         log_level=settings.log_level,
         log_config=configure_logging(settings.log_format, settings.log_level),
         timeout_graceful_shutdown=settings.shutdown_grace_s,
+        timeout_keep_alive=settings.keep_alive_s,
     )
     DrainingServer(config).run()
 

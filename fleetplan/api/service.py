@@ -22,6 +22,12 @@ def _cap(field: str, count: int, setting: str, cap: float, what: str) -> None:
         raise LimitExceeded(msg, field=field)
 
 
+def _floor(field: str, value: float, setting: str, floor: float, what: str) -> None:
+    if value < floor:
+        msg = f"{value:g} {what}; this server takes at least {setting}={floor:g} ({env_name(setting)})"
+        raise LimitExceeded(msg, field=field)
+
+
 def check_plan_limits(request: PlanRequest, settings: Settings) -> None:
     """A 422 (LimitExceeded) naming the first cap `request` is over, before any work is spent on it."""
     _cap("devices", len(request.devices), "max_devices", settings.max_devices, "devices")
@@ -35,6 +41,13 @@ def check_plan_limits(request: PlanRequest, settings: Settings) -> None:
         request.options.time_limit_s,
         "max_time_limit_s",
         settings.max_time_limit_s,
+        "seconds asked as time_limit_s",
+    )
+    _floor(
+        "options.time_limit_s",
+        request.options.time_limit_s,
+        "min_time_limit_s",
+        settings.min_time_limit_s,
         "seconds asked as time_limit_s",
     )
 

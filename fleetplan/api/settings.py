@@ -50,9 +50,16 @@ class Settings:
     max_links: PositiveInt = 4096
     max_profile_rows: PositiveInt = 100_000
     max_time_limit_s: Seconds = 60.0
+    # a smaller time_limit_s is refused (422): a worker process, the profile set and the candidates take
+    # about this long before any solve starts, so a request asking less could only time out
+    min_time_limit_s: Annotated[float, msgspec.Meta(ge=0, le=600)] = 0.5
     # solves running at once (each in its own worker process), and requests waiting for one
     max_concurrent_solves: PositiveInt = dataclasses.field(default_factory=_default_solves)
     max_queued_solves: Annotated[int, msgspec.Meta(ge=0)] = 8
+    # an idle keep-alive connection is closed after this long; Retry-After never asks a client to wait
+    # longer than keep_alive_s - 5, so a client that obeys it reuses its connection before the server
+    # closes it (a close racing the client's next request is a connection error, not an answer)
+    keep_alive_s: Annotated[int, msgspec.Meta(ge=6, le=3600)] = 30
     # SIGTERM: in-flight requests get this long to finish, then their solves are killed
     shutdown_grace_s: Annotated[float, msgspec.Meta(ge=0, le=600)] = 10.0
     # the store's database (another package reads and migrates it); None: that package's default

@@ -4,10 +4,9 @@ The answer's form follows `Accept` and `?plot=`: JSON (the WhatIfResult), `text/
 point), or with `?plot=frontier|devices|heatmap` the picture as `image/svg+xml` (default) or `image/png`.
 """
 
-from functools import partial
+import time
 from typing import Annotated, Any
 
-import anyio
 import anyio.to_thread
 from litestar import Request, Response, post
 from litestar.datastructures import State
@@ -16,9 +15,12 @@ from litestar.enums import RequestEncodingType
 from litestar.openapi import ResponseSpec
 from litestar.params import Body, QueryParameter
 
-from fleetplan.api.app import _CodecDTO, _problems
+from fleetplan.api.app import _CodecDTO, _problems, until_disconnect
+from fleetplan.api.observe import ARRIVED_KEY
+from fleetplan.api.service import check_plan_limits
+from fleetplan.api.workers import SolvePool, whatif_in_child
 from fleetplan.models.codec import convert, decode, encode
-from fleetplan.models.errors import InputError, SolverFailure
+from fleetplan.models.errors import ClientGone, DeadlineExceeded, InputError
 from fleetplan.models.plan import PlanRequest
 from fleetplan.models.whatif import WhatIfRequest, WhatIfResult
 from fleetplan.profiler.store import ProfileStore
@@ -86,23 +88,27 @@ async def post_whatif(
         str | None, QueryParameter(description="frontier, devices or heatmap: answer that picture")
     ] = None,
 ) -> Response[bytes]:
-    from fleetplan.whatif import run_whatif, to_csv
+    from fleetplan.whatif import to_csv
     from fleetplan.whatif.plots import PLOTS, render
 
     if plot is not None and plot not in PLOTS:
         raise InputError(f"unknown plot {plot!r}; one of {', '.join(PLOTS)}", field="plot")
     if plot == "heatmap" and len(data.axes) != 2:
         raise InputError("heatmap needs a sweep over two axes", field="plot")
+    check_plan_limits(data.base, state.settings)
     form = _form(request.headers.get("accept", ""), plot)
     store: ProfileStore = state.store
-    deadline = whatif_deadline_s(data)
-    with anyio.move_on_after(deadline) as scope:
-        result = await anyio.to_thread.run_sync(
-            partial(run_whatif, data, store=store), abandon_on_cancel=True, limiter=state.solve_limiter
-        )
-    if scope.cancelled_caught:
-        msg = f"no answer within {deadline:g} s; sweep fewer points or lower time_limit_s"
-        raise SolverFailure(msg, field="base.options.time_limit_s")
+    pool: SolvePool = state.solves
+    budget = whatif_deadline_s(data)
+    arrived = request.scope.get("state", {}).get(ARRIVED_KEY) or time.monotonic()
+    msg = f"no answer within {budget:g} s; the sweep was stopped. Sweep fewer points or lower time_limit_s"
+    timed_out = DeadlineExceeded(msg, field="base.options.time_limit_s")
+    # the sweep runs in a child holding one solve slot: killed at the deadline or when the client goes
+    result: WhatIfResult | None = await until_disconnect(
+        request, lambda: pool.call(whatif_in_child, (data, store), arrived + budget, budget, timed_out)
+    )
+    if result is None:
+        raise ClientGone("the client disconnected; its sweep was stopped")
     if plot is not None:
         body = await anyio.to_thread.run_sync(render, result, plot, "png" if form == PNG else "svg")
         return Response(content=body, media_type=form)

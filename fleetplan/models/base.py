@@ -21,7 +21,8 @@ class Base(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, frozen=True
 # Upper bounds are generous sanity limits; they also reject the infinities JSON cannot carry anyway.
 _HUGE = 1e12
 
-Name = Annotated[str, msgspec.Meta(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9._:/+-]*$")]
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:/+-]*$"
+Name = Annotated[str, msgspec.Meta(min_length=1, max_length=128, pattern=NAME_PATTERN)]
 Count = Annotated[int, msgspec.Meta(ge=0, le=1_000_000)]
 PositiveInt = Annotated[int, msgspec.Meta(ge=1, le=1_000_000)]
 Tokens = Annotated[int, msgspec.Meta(ge=1, le=10_000_000)]
@@ -34,6 +35,9 @@ CostPerHour = Annotated[float, msgspec.Meta(ge=0, lt=_HUGE)]
 Bytes = Annotated[int, msgspec.Meta(ge=1, le=10**12)]
 Fraction = Annotated[float, msgspec.Meta(gt=0, le=1)]
 NonNegFloat = Annotated[float, msgspec.Meta(ge=0, lt=_HUGE)]
+# a sum or product of bounded figures in an answer (a plan's SLO RPS, demand and cost, KV traffic): no
+# upper bound, since many classes each just under a bound add up past it
+Total = Annotated[float, msgspec.Meta(ge=0)]
 
 
 def duplicates(names: list[str]) -> list[str]:

@@ -40,9 +40,35 @@ def decode(data: bytes | str, type_: type[T]) -> T:
     try:
         return msgspec.json.decode(data, type=type_)
     except msgspec.ValidationError as error:
-        raise _input_error(error) from error
+        return _whole_floats_retried(data, type_, error)
     except msgspec.DecodeError as error:
         raise _malformed(data, error) from error
+
+
+# msgspec's message for a float where an int (or an int-or-something) is due
+_FLOAT_FOR_INT = re.compile(r"^Expected `int[^`]*`, got `float`")
+
+
+def _whole_floats_retried(data: bytes | str, type_: type[T], error: msgspec.ValidationError) -> T:
+    """JSON has one number type, and JSON Schema (the OpenAPI document) counts 2.0 as an integer: a
+    whole float in an integer field is that integer. msgspec refuses it, so such a body is decoded again
+    with its whole floats read as ints (2.5 and "2" are still refused). Any other error is raised as is."""
+    if not _FLOAT_FOR_INT.match(str(error)):
+        raise _input_error(error) from error
+    try:
+        return msgspec.convert(_ints_for_whole_floats(msgspec.json.decode(data)), type=type_)
+    except msgspec.ValidationError as again:
+        raise _input_error(again) from again
+
+
+def _ints_for_whole_floats(node: Any) -> Any:
+    if isinstance(node, float) and node.is_integer() and abs(node) < 2**53:
+        return int(node)
+    if isinstance(node, dict):
+        return {key: _ints_for_whole_floats(value) for key, value in node.items()}
+    if isinstance(node, list):
+        return [_ints_for_whole_floats(value) for value in node]
+    return node
 
 
 def _malformed(data: bytes | str, error: msgspec.DecodeError) -> InputError:
@@ -86,7 +112,7 @@ def decode_request(data: bytes | str) -> PlanRequest:
     try:
         return _request_decoder.decode(data)
     except msgspec.ValidationError as error:
-        raise _input_error(error) from error
+        return _whole_floats_retried(data, PlanRequest, error)
     except msgspec.DecodeError as error:
         raise _malformed(data, error) from error
 

@@ -14,6 +14,7 @@ from fleetplan.models.base import (
     NonNegFloat,
     PositiveInt,
     Rps,
+    Total,
     duplicates,
 )
 from fleetplan.models.fleet import Device, Link, check_links
@@ -141,7 +142,7 @@ class Route(Base):
     rps: Rps
     ttft_ms: NonNegFloat
     tbt_ms: NonNegFloat
-    kv_gbps: Gbps
+    kv_gbps: Total
     prefill_ms: NonNegFloat
     kv_transfer_ms: NonNegFloat
     step_ms: NonNegFloat = 0.0
@@ -191,7 +192,7 @@ class LinkUse(Base):
 
     source: Name
     target: Name
-    gbps: Gbps
+    gbps: Total
     budget_gbps: Gbps | None
     # the share of budget_gbps the plan may use (capacity model: max_utilization, or the M/D/1 cap)
     headroom: Fraction | None = None
@@ -199,12 +200,12 @@ class LinkUse(Base):
 
 class GpuOnlyBaseline(Base):
     device: Name | None
-    slo_rps: Rps
+    slo_rps: Total
     reason: str | None = None
 
 
 class GreedyBaseline(Base):
-    slo_rps: Rps
+    slo_rps: Total
 
 
 class Baselines(Base):
@@ -278,11 +279,11 @@ class Plan(Base):
 
     status: Status
     objective: Objective
-    slo_rps: Rps
-    demand_rps: Rps
+    slo_rps: Total
+    demand_rps: Total
     bound_rps: float | None
     mip_gap: float | None
-    cost_per_hour: CostPerHour
+    cost_per_hour: Total
     workloads: list[WorkloadResult]
     pools: list[Pool]
     devices: list[DeviceUse]

@@ -7,7 +7,7 @@ from typing import Annotated, Literal
 
 import msgspec
 
-from fleetplan.models.base import Base, CostPerHour, Count, Name, Rps
+from fleetplan.models.base import Base, Count, Name, Rps, Total
 from fleetplan.models.plan import Plan, PlanRequest, ProfileSetInfo
 from fleetplan.models.profile import ProfilesSpec
 
@@ -51,8 +51,8 @@ class PlanRecord(Base):
     created_at: str
     state: PlanState
     profile_set: ProfileSetInfo
-    slo_rps: Rps
-    cost_per_hour: CostPerHour
+    slo_rps: Total
+    cost_per_hour: Total
     request: PlanRequest
     plan: Plan
 

@@ -8,7 +8,7 @@ from typing import Annotated, Literal
 
 import msgspec
 
-from fleetplan.models.base import Base, CostPerHour, Count, NonNegFloat, Rps
+from fleetplan.models.base import Base, Count, NonNegFloat, Total
 from fleetplan.models.plan import PlanRequest, Status
 
 # Axis parameters that take a device name after a colon ("count:tpu-v5e").
@@ -126,8 +126,8 @@ class WhatIfRequest(Base):
 class BaselinePoint(Base):
     """A baseline at one point: its SLO RPS and what it spends."""
 
-    slo_rps: Rps
-    cost_per_hour: CostPerHour
+    slo_rps: Total
+    cost_per_hour: Total
 
 
 class PointBaselines(Base):
@@ -145,9 +145,9 @@ class Point(Base):
 
     coords: dict[str, float]
     status: PointStatus
-    slo_rps: Rps
-    demand_rps: Rps
-    cost_per_hour: CostPerHour
+    slo_rps: Total
+    demand_rps: Total
+    cost_per_hour: Total
     mip_gap: float | None
     devices: dict[str, Count]
     bought: dict[str, Count] = {}

@@ -1,6 +1,8 @@
 """What the fleet must serve: model architectures, SLOs and workload classes."""
 
-from typing import Literal
+from typing import Annotated, Literal
+
+from msgspec import Meta
 
 from fleetplan.models.base import Base, Bytes, Milliseconds, Name, PositiveInt, Rps, Tokens
 
@@ -21,7 +23,7 @@ class ModelSpec(Base):
     head_dim: PositiveInt | None = None
     bytes_per_element: PositiveInt = 2
     hidden_size: PositiveInt | None = None
-    params_b: float | None = None
+    params_b: Annotated[float, Meta(gt=0, lt=1e5)] | None = None  # billions
 
     def __post_init__(self) -> None:
         derivable = None not in (self.layers, self.kv_heads, self.head_dim)
@@ -30,9 +32,6 @@ class ModelSpec(Base):
                 f"kv_bytes_per_token: model {self.name!r} needs it, "
                 "or layers, kv_heads and head_dim to derive it"
             )
-            raise ValueError(msg)
-        if self.params_b is not None and not 0 < self.params_b < 1e5:
-            msg = f"params_b: model {self.name!r}: must be in (0, 1e5) billions, got {self.params_b}"
             raise ValueError(msg)
 
     @property
@@ -68,12 +67,7 @@ class Workload(Base):
     output_tokens: Tokens
     rate_rps: Rps
     slo: Slo
-    weight: float = 1.0
-
-    def __post_init__(self) -> None:
-        if not 0 < self.weight < 1e6:
-            msg = f"weight: workload {self.name!r}: must be in (0, 1e6), got {self.weight}"
-            raise ValueError(msg)
+    weight: Annotated[float, Meta(gt=0, lt=1e6)] = 1.0
 
 
 # Shapes from the models' Hugging Face config.json (docs/public-figures.md section 5), bf16 KV cache.

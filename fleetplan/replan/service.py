@@ -48,12 +48,14 @@ def replan(
     order: ReplanRequest | None = None,
     *,
     profile_store: ProfileStore | None = None,
+    run: Run | None = None,
 ) -> Run:
     """Re-plan `fleet` and record the run; returns the finished RUN (raises only for an unknown fleet or
-    an unreachable store: every other failure is the run's status and reason)."""
+    an unreachable store: every other failure is the run's status and reason). `run`: a run the caller
+    started already (the HTTP service does, in the process that may have to mark it failed)."""
     order = order or ReplanRequest()
     check_order(order)
-    run = repo.start_run(fleet, dry_run=order.dry_run)
+    run = run or repo.start_run(fleet, dry_run=order.dry_run)
     if run.status != "running":  # refused: another run of the fleet is alive
         return run
     with repo.heartbeat(run.id):

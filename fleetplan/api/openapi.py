@@ -1,0 +1,110 @@
+"""The OpenAPI document at /schema/openapi.json states what this server's validation enforces.
+
+Litestar writes the paths, parameters and responses; its schemas of msgspec Structs lose rules (a nullable
+field's bounds, `additionalProperties: false`), so every Struct component is replaced by
+models.jsonschema's (msgspec's own schema plus the cross-field rules JSON Schema can state), and this
+server's caps are written in (`maxItems` of devices, workloads, links and profile rows; the largest and
+smallest `time_limit_s`, and `time_limit_s` required when the cap is below its default). docs/api.md
+lists the rules no schema can state.
+"""
+
+import copy
+from typing import Any
+
+import msgspec
+from litestar import Request
+from litestar.openapi.plugins import JsonRenderPlugin
+
+from fleetplan.api.settings import Settings
+from fleetplan.models import jsonschema
+from fleetplan.models.plan import Options
+
+
+def _structs() -> dict[str, type[msgspec.Struct]]:
+    """Every fleetplan Struct by class name (the name Litestar gives its component)."""
+    found: dict[str, type[msgspec.Struct]] = {}
+    pending = list(msgspec.Struct.__subclasses__())
+    while pending:
+        cls = pending.pop()
+        pending.extend(cls.__subclasses__())
+        if cls.__module__.startswith("fleetplan."):
+            found[cls.__name__] = cls
+    return found
+
+
+def _non_null(schema: dict[str, Any]) -> dict[str, Any]:
+    """The non-null branch of a nullable property (anyOf[X, null]), else the property itself."""
+    for branch in schema.get("anyOf", []):
+        if branch.get("type") != "null":
+            return branch  # type: ignore[no-any-return]
+    return schema
+
+
+def apply_caps(schemas: dict[str, Any], settings: Settings) -> None:
+    """Write the server's per-request caps (fleetplan/api/service.py checks them: 422) into the schemas."""
+    request = schemas.get("PlanRequest")
+    if request is not None:
+        props = request["properties"]
+        props["devices"]["maxItems"] = settings.max_devices
+        props["workloads"]["maxItems"] = settings.max_workloads
+        props["links"]["maxItems"] = settings.max_links
+    if "ProfilesSpec" in schemas:
+        _non_null(schemas["ProfilesSpec"]["properties"]["rows"])["maxItems"] = settings.max_profile_rows
+    if "ProfileUpload" in schemas:
+        schemas["ProfileUpload"]["properties"]["rows"]["maxItems"] = settings.max_profile_rows
+    options = schemas.get("Options")
+    if options is not None:
+        limit = options["properties"]["time_limit_s"]
+        limit["maximum"] = min(limit.get("maximum", settings.max_time_limit_s), settings.max_time_limit_s)
+        if settings.min_time_limit_s > 0:
+            limit.pop("exclusiveMinimum", None)
+            limit["minimum"] = settings.min_time_limit_s
+        if Options().time_limit_s > settings.max_time_limit_s:
+            # the default is over this server's cap: a request must give its own time limit
+            limit.pop("default", None)
+            options["required"] = sorted({*options.get("required", []), "time_limit_s"})
+            options.pop("default", None)
+            if request is not None:
+                request["required"] = sorted({*request["required"], "options"})
+                request["properties"]["options"].pop("default", None)
+
+
+def _integer_bounds(document: dict[str, Any]) -> None:
+    """Litestar writes an integer parameter's bounds as floats (500.0): write them as integers."""
+    for path in document.get("paths", {}).values():
+        for operation in path.values():
+            for parameter in operation.get("parameters", []) if isinstance(operation, dict) else []:
+                schema = parameter.get("schema", {})
+                if schema.get("type") == "integer":
+                    for key in ("minimum", "maximum"):
+                        if isinstance(schema.get(key), float) and schema[key].is_integer():
+                            schema[key] = int(schema[key])
+
+
+def refine(document: dict[str, Any], settings: Settings) -> dict[str, Any]:
+    """`document` (Litestar's) with every fleetplan Struct's schema replaced and the caps written in."""
+    document = copy.deepcopy(document)
+    _integer_bounds(document)
+    schemas: dict[str, Any] = document.setdefault("components", {}).setdefault("schemas", {})
+    structs = _structs()
+    wire = [structs[name] for name in sorted(schemas) if name in structs]
+    schemas.update(jsonschema.components(wire))
+    apply_caps(schemas, settings)
+    return document
+
+
+class ContractJson(JsonRenderPlugin):
+    """Serves /schema/openapi.json refined (made once, on the first request)."""
+
+    def __init__(self, settings: Settings) -> None:
+        super().__init__()
+        self.settings = settings
+        self._rendered: bytes | None = None
+
+    def render(self, request: Request, openapi_schema: dict[str, Any]) -> bytes:  # type: ignore[type-arg]
+        if self._rendered is None:
+            self._rendered = self.render_json(request, refine(openapi_schema, self.settings))
+        return self._rendered
+
+
+__all__ = ["ContractJson", "apply_caps", "refine"]
