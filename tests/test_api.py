@@ -311,6 +311,17 @@ def test_bad_input_is_a_problem_naming_the_field(
     assert_problem(post(client, body), status, field, says=says)
 
 
+def test_a_repeated_key_is_refused_not_silently_the_last(client: TestClient) -> None:
+    """{"rate_rps": 1, "rate_rps": ...}: msgspec would keep the last; the API refuses the body instead."""
+    text = json.dumps(inline_request())
+    assert '"rate_rps": ' in text
+    twice = text.replace('"rate_rps": ', '"rate_rps": 1, "rate_rps": ', 1)
+    assert_problem(post(client, twice), 400, "rate_rps", says="duplicate key(s) ['rate_rps']")
+    nested = text.replace('"percentile": ', '"percentile": 90, "percentile": ', 1)
+    assert_problem(post(client, nested), 400, "percentile", says="duplicate key")
+    assert post(client, text).status_code == 200  # the same body with each key once is planned
+
+
 @pytest.mark.parametrize("literal", ["NaN", "Infinity", "-Infinity"])
 def test_non_finite_latency_names_the_field(client: TestClient, literal: str) -> None:
     text = json.dumps(inline_request()).replace('"ttft_ms_p90": 100', f'"ttft_ms_p90": {literal}', 1)

@@ -38,11 +38,33 @@ def _input_error(error: msgspec.ValidationError) -> InputError:
 def decode(data: bytes | str, type_: type[T]) -> T:
     """JSON -> `type_`, or InputError naming the field and the reason."""
     try:
-        return msgspec.json.decode(data, type=type_)
+        value = msgspec.json.decode(data, type=type_)
     except msgspec.ValidationError as error:
-        return _whole_floats_retried(data, type_, error)
+        value = _whole_floats_retried(data, type_, error)
     except msgspec.DecodeError as error:
         raise _malformed(data, error) from error
+    refuse_duplicate_keys(data)
+    return value
+
+
+def refuse_duplicate_keys(data: bytes | str) -> None:
+    """InputError when an object of the (valid) JSON repeats a key: msgspec, like most parsers, would keep
+    the last one silently, so {"rate_rps": 1, "rate_rps": 100} would plan 100 RPS where a proxy or a log
+    that read the first saw 1 (RFC 8259: names SHOULD be unique; interoperability is undefined otherwise).
+    Python's C parser with a pairs hook: ~0.1 ms on paper.json, ~65 ms on a 1.8 MB body."""
+
+    def pairs(items: list[tuple[str, Any]]) -> None:
+        keys = [key for key, _ in items]
+        if len(set(keys)) != len(keys):
+            repeated = sorted({key for key in keys if keys.count(key) > 1})
+            raise InputError(
+                f"duplicate key(s) {repeated} in one JSON object; give each key once", field=repeated[0]
+            )
+
+    try:
+        json.loads(data, object_pairs_hook=pairs)
+    except ValueError:  # not JSON at all: the decoder above has said so already
+        return
 
 
 # msgspec's message for a float where an int (or an int-or-something) is due
@@ -110,11 +132,13 @@ def locate_non_finite(data: bytes | str) -> str | None:
 def decode_request(data: bytes | str) -> PlanRequest:
     """A PlanRequest from JSON, validated (types, bounds and cross-field rules)."""
     try:
-        return _request_decoder.decode(data)
+        request = _request_decoder.decode(data)
     except msgspec.ValidationError as error:
-        return _whole_floats_retried(data, PlanRequest, error)
+        request = _whole_floats_retried(data, PlanRequest, error)
     except msgspec.DecodeError as error:
         raise _malformed(data, error) from error
+    refuse_duplicate_keys(data)
+    return request
 
 
 def read_request(path: str | Path) -> PlanRequest:
