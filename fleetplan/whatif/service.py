@@ -74,9 +74,11 @@ def run_whatif(
 def task_chunks(ctx: SweepContext, seeded: PointSolver, tasks: int) -> list[list[int]]:
     """The executor's chunks: the points the seeded plans do not answer, sorted by their other
     coordinates and then budget and cut into `tasks` contiguous chunks (executors.chunks_of), then one
-    chunk of the points the seeded plans answer (no solve: they would only unbalance the others)."""
+    chunk of the points the seeded plans answer (no solve: they would only unbalance the others). With
+    marginal values or baselines those points still cost solves, so then every point is chunked."""
     budget = [c.get("budget_per_hour", 0.0) for c in ctx.coords]
-    covered = [i for i in range(len(ctx.coords)) if seeded.reusable(i)] if ctx.seed else []
+    cheap = ctx.seed and not ctx.request.marginal and not ctx.request.baselines
+    covered = [i for i in range(len(ctx.coords)) if seeded.reusable(i)] if cheap else []
     taken = set(covered)
     rest = [i for i in range(len(ctx.coords)) if i not in taken]
     rest.sort(key=lambda i: ([v for k, v in ctx.coords[i].items() if k != "budget_per_hour"], budget[i]))
