@@ -51,7 +51,8 @@ LATER_RELAXATION_SHARE = 0.2
 # HiGHS options per solver call, on top of the backend's own (docs/solvers.md, "HiGHS options" has the
 # measurements behind each): keyed by (step, stage), then by step; a call with no entry runs at the defaults.
 STAGE_TUNING: dict[tuple[str, str] | str, dict[str, bool | int | float | str]] = {
-    "tie_break": {"presolve": "off"},
+    "primary": {"mip_heuristic_run_rins": False},
+    "tie_break": {"presolve": "off", "mip_heuristic_run_rins": False},
 }
 # The least time limit a solver call is given, even once the deadline has passed (s).
 MIN_CALL_S = 0.01
