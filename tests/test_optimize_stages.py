@@ -144,3 +144,32 @@ def test_stage_records_round_trip_through_json(paper_plan):
     result, _ = paper_plan
     decoded = msgspec.json.decode(msgspec.json.encode(result), type=Plan)
     assert decoded.solver.stages == result.solver.stages
+
+
+def test_each_call_gets_its_stage_tuning(monkeypatch):
+    """optimize.STAGE_TUNING reaches the backend per (step, stage), then per step; other calls get None."""
+    from fleetplan import fixtures
+    from fleetplan.models.codec import read_request
+    from fleetplan.solver import optimize as optimize_module
+    from fleetplan.solver.backends import highs
+    from fleetplan.solver.candidates import build_candidates
+    from fleetplan.solver.pipeline import resolve_profiles
+
+    seen: list[tuple[object, bool]] = []
+    solve = highs.HighsBackend.solve
+
+    def spy(self, form, objective, sense, **kwargs):
+        seen.append((kwargs.get("tuning"), bool(kwargs.get("relax"))))
+        return solve(self, form, objective, sense, **kwargs)
+
+    monkeypatch.setattr(highs.HighsBackend, "solve", spy)
+    tuning = {"tie_break": {"presolve": "off"}, ("relaxation", "cost"): {"simplex_strategy": 4}}
+    monkeypatch.setattr(optimize_module, "STAGE_TUNING", tuning)
+    request = read_request(fixtures.request_path("paper"))
+    outcome = optimize_module.optimize(request, build_candidates(request, resolve_profiles(request)))
+    steps = [(r.step, r.stage) for r in outcome.stages]
+    assert len(seen) == len(steps)
+    for (step, stage), (passed, _) in zip(steps, seen, strict=True):
+        assert passed == tuning.get((step, stage), tuning.get(step))
+    assert ("tie_break", "cost") in steps
+    assert ("relaxation", "cost") in steps

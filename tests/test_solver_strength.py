@@ -154,6 +154,10 @@ def _weighted(request: PlanRequest, result) -> float:
 @SETTINGS
 @given(tiny_requests(pooling="model", with_nic=None, with_links=None))
 def test_cost_tie_break_is_the_lexicographic_optimum(request):
+    _check_lexicographic(request)
+
+
+def _check_lexicographic(request: PlanRequest) -> None:
     goodput, cost = lexicographic_oracle(request)
     result = plan(request, with_baselines=False)
     note(f"oracle goodput {goodput} cost {cost}; plan {result.status} {result.cost_per_hour}")
@@ -165,6 +169,39 @@ def test_cost_tie_break_is_the_lexicographic_optimum(request):
     assert result.cost_per_hour == pytest.approx(cost, rel=TOL, abs=TOL)
     if result.solver.tie_break_gap is not None:  # the cost stage ran and kept a plan: its own gap
         assert 0.0 <= result.solver.tie_break_gap <= request.options.mip_rel_gap + 1e-12
+
+
+@settings(SETTINGS, max_examples=6)
+@given(tiny_requests(pooling="model", with_nic=None, with_links=None, with_budget=True))
+def test_cost_tie_break_is_the_lexicographic_optimum_under_a_budget(request):
+    """Under budget_per_hour the model carries u[k] (devices used per type) and a budget row over them:
+    the same lexicographic optimum as the oracle, which knows nothing of u."""
+    _check_lexicographic(request)
+
+
+def test_device_use_columns_only_under_a_budget_and_equal_to_the_devices_used():
+    from fleetplan import fixtures
+    from fleetplan.models.codec import read_request
+
+    base = read_request(fixtures.request_path("paper"))
+    free, _ = build_matrix(_candidates(base))
+    capped = msgspec.structs.replace(base, options=msgspec.structs.replace(base.options, budget_per_hour=9.0))
+    cand = _candidates(capped)
+    form, cols = build_matrix(cand)
+    assert cols.n_used == len(capped.devices) == 3
+    assert form.A.shape[1] == free.A.shape[1] + 3
+    assert form.integer[cols.used_offset :].all()
+    (budget,) = [(b, e) for name, b, e in form.row_blocks if name == "budget"]
+    assert budget[1] - budget[0] == 2  # over x, and over u
+    result = _solve(form, "goodput", Sense.MAX)
+    assert result.termination == "optimal"
+    u = result.values[cols.used_offset :]
+    x = result.values[: cols.n_pools]
+    tp = cand.pools["tp"].to_numpy(float)
+    by_hand = [float((x * tp)[(cand.pools["device"] == d.name).to_numpy()].sum()) for d in capped.devices]
+    assert u == pytest.approx(by_hand, abs=1e-6)
+    price = np.array([d.cost_per_hour for d in capped.devices])
+    assert float(price @ u) <= 9.0 + 1e-6
 
 
 def test_the_tie_break_folds_into_one_solve_when_every_class_is_servable():

@@ -371,3 +371,13 @@ def test_warm_start_only_when_feasible():
     assert fallback.stages[0].step == "relaxation"
     for outcome in (warm, fallback):
         assert outcome.primary_value == pytest.approx(cold.primary_value, rel=1e-9)
+
+
+def test_chunks_are_contiguous_and_the_highest_budget_goes_first():
+    from fleetplan.whatif.executors import chunks_of
+
+    budgets = [0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0]
+    chunks = chunks_of(list(range(7)), 3, budgets.__getitem__)
+    assert chunks == [[5, 6], [3, 4], [0, 1, 2]]
+    assert sorted(i for chunk in chunks for i in chunk) == list(range(7))
+    assert chunks_of([4, 2], 5) == [[4], [2]]  # never more chunks than points

@@ -48,6 +48,12 @@ SUB_MIP_SHARE = 0.3
 # Each LP relaxation after the first (only the sub-MIP's box and the fold read them) may use at most this
 # share: on L the min-cost LP with goodput locked took 8 s of a 10 s limit on a loaded machine.
 LATER_RELAXATION_SHARE = 0.2
+# HiGHS options per solver call, on top of the backend's own (docs/solvers.md, "HiGHS options" has the
+# measurements behind each): keyed by (step, stage), then by step; a call with no entry runs at the defaults.
+STAGE_TUNING: dict[tuple[str, str] | str, dict[str, bool | int | float | str]] = {
+    "primary": {"mip_heuristic_run_rins": False},
+    "tie_break": {"presolve": "off", "mip_heuristic_run_rins": False},
+}
 # The least time limit a solver call is given, even once the deadline has passed (s).
 MIN_CALL_S = 0.01
 # LP values within this of an integer count as that integer when flooring and ceiling them.
@@ -120,7 +126,8 @@ class _Solver:
     ) -> SolveResult:
         """backend.solve(form, objective, sense, **kwargs), recorded."""
         began = time.perf_counter()
-        result = self.backend.solve(form, objective, sense, **kwargs)
+        tuning = STAGE_TUNING.get((step, stage), STAGE_TUNING.get(step))
+        result = self.backend.solve(form, objective, sense, tuning=tuning, **kwargs)
         ended = time.perf_counter()
         integer = bool(form.integer.any()) and not kwargs.get("relax", False)
         kind = "submip" if step == "start" and integer else "mip" if integer else "lp"

@@ -120,8 +120,19 @@ def make_executor(workers: int | None = None, scheduler: str | None = None) -> E
     return Serial() if n == 1 else LocalProcesses(n)
 
 
-def chunks_of(indices: list[int], tasks: int) -> list[list[int]]:
-    """`tasks` chunks dealt round-robin: each chunk spans the whole axis (its highest budget is solved
-    first and then reused below its cost), and the chunks take about equally long."""
+def chunks_of(
+    indices: list[int], tasks: int, budget_of: Callable[[int], float] | None = None
+) -> list[list[int]]:
+    """`tasks` contiguous chunks of `indices` (in the order given), the chunk with the highest budget
+    first: a task warm-starts each point from its neighbour's plan, so neighbours belong together, and
+    the costliest chunks (on paper.json the highest budgets that still need a solve) start first, so
+    that the workers finish together. `budget_of(index)` is the point's budget (0 when not given)."""
     tasks = max(1, min(tasks, len(indices)))
-    return [indices[i::tasks] for i in range(tasks)]
+    size, extra = divmod(len(indices), tasks)
+    chunks, begin = [], 0
+    for t in range(tasks):
+        end = begin + size + (t < extra)
+        chunks.append(indices[begin:end])
+        begin = end
+    top = budget_of or (lambda _i: 0.0)
+    return sorted(chunks, key=lambda chunk: -max(top(i) for i in chunk))

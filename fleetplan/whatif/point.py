@@ -7,10 +7,14 @@ solved. Two exact shortcuts make a budget sweep cheap, neither of which changes 
   there, and no plan there can beat it, since every such plan was feasible under B too (reuse; the
   highest budget is solved before the tasks start, service.seed_top_budget, so this covers every budget
   above the unconstrained plan's cost);
-- a plan is a feasible start for the next point when the point's bounds keep it (warm start), which
-  replaces the relaxations and the sub-MIP of optimize() (solver.optimize.optimize_from). Rising budgets
-  make the previous point's plan such a start, so even a solve cut short by its time limit never serves
-  less than a lower budget of its task did.
+- a plan is a feasible start for another point when that point's bounds keep it (warm start), which
+  replaces the relaxations and the sub-MIP of optimize() (solver.optimize.optimize_from).
+
+A task runs its points in rising budget order, so that the previous point's plan is a feasible start
+for the next, and even a solve cut short by its time limit never serves less than a lower budget of its
+task did. (Falling order was measured too, bench/README.md: it lets a plan answer the task's lower points
+down to its cost, but on paper.json only the cheap points below 7 $/h are answered that way, and the
+costly points lose their warm start.)
 """
 
 import dataclasses
@@ -118,6 +122,12 @@ class PointSolver:
             solve_ms=round(solved.ms, 3),
             reused=solved.reused,
         )
+
+    def reusable(self, index: int) -> bool:
+        """Whether a kept plan already answers point `index` (its request but for the budget, a budget
+        in [the plan's cost, the budget it was solved under])."""
+        key, budget = _budget_key(variant(self.ctx.request.base, self.ctx.coords[index]))
+        return any(s.cost <= budget + 1e-9 and budget <= b for b, s in self.plans.get(key, []))
 
     def candidates_for(self, request: PlanRequest) -> Candidates:
         """The shared candidates with this request's devices and options, or candidates built for it

@@ -46,7 +46,7 @@ def run_whatif(
         progress(0, len(coords))
     ctx, seeded = seed_top_budget(ctx)
     tasks = max(1, executor.workers) * CHUNKS_PER_WORKER if executor.name != "serial" else 1
-    results = executor.run(solve_chunk, ctx, chunks_of(list(range(len(coords))), tasks), done)
+    results = executor.run(solve_chunk, ctx, task_chunks(ctx, seeded, tasks), done)
     points: list[Point | None] = [None] * len(coords)
     counts = {"built": int(ctx.shared is not None) + seeded.built, "solves": seeded.solves, "reused": 0}
     for pairs, stats in results:
@@ -69,6 +69,21 @@ def run_whatif(
         ),
         wall_ms=round((time.perf_counter() - began) * 1e3, 3),
     )
+
+
+def task_chunks(ctx: SweepContext, seeded: PointSolver, tasks: int) -> list[list[int]]:
+    """The executor's chunks: the points the seeded plans do not answer, sorted by their other
+    coordinates and then budget and cut into `tasks` contiguous chunks (executors.chunks_of), then one
+    chunk of the points the seeded plans answer (no solve: they would only unbalance the others). With
+    marginal values or baselines those points still cost solves, so then every point is chunked."""
+    budget = [c.get("budget_per_hour", 0.0) for c in ctx.coords]
+    cheap = ctx.seed and not ctx.request.marginal and not ctx.request.baselines
+    covered = [i for i in range(len(ctx.coords)) if seeded.reusable(i)] if cheap else []
+    taken = set(covered)
+    rest = [i for i in range(len(ctx.coords)) if i not in taken]
+    rest.sort(key=lambda i: ([v for k, v in ctx.coords[i].items() if k != "budget_per_hour"], budget[i]))
+    chunks = chunks_of(rest, tasks, budget.__getitem__) if rest else []
+    return [*chunks, covered] if covered else chunks
 
 
 def seed_top_budget(ctx: SweepContext) -> tuple[SweepContext, PointSolver]:

@@ -1,6 +1,7 @@
 """What every backend returns, never None: a termination from one explicit table per backend."""
 
 import importlib
+from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Protocol
@@ -82,6 +83,7 @@ class Backend(Protocol):
         mip_rel_gap: float,
         relax: bool = False,
         start: np.ndarray | None = None,
+        tuning: Mapping[str, bool | int | float | str] | None = None,
     ) -> SolveResult: ...
 
 

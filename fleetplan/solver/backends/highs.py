@@ -1,6 +1,7 @@
 """HiGHS through highspy: the whole model handed over as arrays in one passModel call."""
 
 import time
+from collections.abc import Mapping
 
 import highspy
 import numpy as np
@@ -56,6 +57,7 @@ class HighsBackend:
         mip_rel_gap: float,
         relax: bool = False,
         start: np.ndarray | None = None,
+        tuning: Mapping[str, bool | int | float | str] | None = None,
     ) -> SolveResult:
         begin = time.perf_counter()
         h = highspy.Highs()
@@ -66,6 +68,8 @@ class HighsBackend:
         h.setOptionValue("mip_abs_gap", 1e-9)
         # Restarts re-presolve after the root; measured slower on every bench instance (bench/README.md).
         h.setOptionValue("mip_allow_restart", False)
+        for option, value in (tuning or {}).items():  # per-stage HiGHS options (optimize.STAGE_TUNING)
+            h.setOptionValue(option, value)
         h.passModel(_lp(form, objective, sense, relax))
         if start is not None and not relax:
             solution = highspy.HighsSolution()

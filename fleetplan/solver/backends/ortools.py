@@ -17,6 +17,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
@@ -113,6 +114,7 @@ class OrtoolsBackend:
         mip_rel_gap: float,
         relax: bool = False,
         start: np.ndarray | None = None,
+        tuning: Mapping[str, bool | int | float | str] | None = None,  # HiGHS options: not for SCIP
     ) -> SolveResult:
         begin = time.perf_counter()
         if not ortools_installed():

@@ -17,6 +17,7 @@ This module is only imported by `get_backend("pyomo")`, so importing Pyomo here 
 
 import logging
 import time
+from collections.abc import Mapping
 
 import numpy as np
 import pyomo.environ as pyo
@@ -104,6 +105,7 @@ class PyomoBackend:
         mip_rel_gap: float,
         relax: bool = False,
         start: np.ndarray | None = None,
+        tuning: Mapping[str, bool | int | float | str] | None = None,
     ) -> SolveResult:
         begin = time.perf_counter()
         n = form.A.shape[1]
@@ -122,7 +124,7 @@ class PyomoBackend:
         opt.config.mip_gap = float(mip_rel_gap)
         opt.config.load_solution = False  # never raise on a time-out without an incumbent
         opt.config.warmstart = warm
-        opt.highs_options = dict(_HIGHS_OPTIONS)
+        opt.highs_options = {**_HIGHS_OPTIONS, **(tuning or {})}  # HiGHS underneath: the same options
         results = opt.solve(model)
         condition = results.termination_condition
         termination = CONDITION_MAP.get(condition, Termination.ERROR)
