@@ -11,6 +11,7 @@ Two kinds of tests:
 from __future__ import annotations
 
 from typing import Any
+from unittest import mock
 
 import msgspec
 import pytest
@@ -28,6 +29,7 @@ from oracle import (
 from strategies import MAX_VECTORS, tiny_requests
 
 from fleetplan.models import PlanRequest
+from fleetplan.solver import extract
 
 PROPERTY = settings(
     max_examples=40,
@@ -439,7 +441,10 @@ def _weighted(request: PlanRequest, served: dict[str, float]) -> float:
 
 def _check_max_goodput(request: PlanRequest) -> None:
     answer = solve_max_goodput(request)
-    result, served = _solve_and_verify(request)
+    # the oracle solves the formulation; plan()'s sliver rule (a documented post-solve step, tested in
+    # test_plan_reports) would report a tiny partial class unserved that the optimum serves
+    with mock.patch.object(extract, "MIN_TAIL_REQUESTS", 0.0):
+        result, served = _solve_and_verify(request)
     note(
         f"oracle {answer.value} at x={answer.x} over {answer.pools}; solver status {result.status} "
         f"({result.solver.termination}), served {served}"

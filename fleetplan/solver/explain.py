@@ -101,8 +101,8 @@ def with_dropped_flow(reason: str | None, rps: float) -> str:
 def with_sliver(reason: str | None, window_s: float, tail_requests: float) -> str:
     """`reason`, and that the sliver the solver served of this class is counted unserved."""
     note = (
-        f"the solver served only a sliver, fewer than {tail_requests:g} requests beyond the SLO percentile "
-        f"per {window_s:g} s window, on which the percentile cannot be promised: reported unserved"
+        f"the solver served only a sliver, allowing fewer than {tail_requests:g} request(s) beyond the SLO "
+        f"percentile per {window_s:g} s window, on which the percentile cannot be promised: reported unserved"
     )
     return note if reason is None else f"{reason}; {note}"
 
