@@ -32,8 +32,8 @@ from pathlib import Path
 import httpx
 import msgspec
 
+from bench.record import git_info, git_line, machine_info, machine_line, write_results
 from bench.server import ROOT, running_server
-from bench.solver_scaling import git_info, git_line, machine_info, machine_line
 from fleetplan import fixtures
 from fleetplan.models.codec import encode
 
@@ -220,10 +220,7 @@ def main(argv: list[str] | None = None) -> int:
         f"SIGTERM with {sigterm['solving_at_sigterm']} solving and 6 waiting: exit after "
         f"{sigterm['exit_after_sigterm_s']:.2f} s (grace 2 s), left running: {sigterm['left_running']}"
     )
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    text = json.dumps(result, indent=2)
-    (RESULTS / f"bounds-{stamp.strftime('%Y%m%dT%H%M%SZ')}.json").write_text(text)
-    (RESULTS / "bounds-latest.json").write_text(text)
+    write_results("bounds", result, stamp=stamp)
     return 0
 
 

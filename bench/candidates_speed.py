@@ -14,10 +14,9 @@ import subprocess
 import sys
 import tempfile
 import time
-from datetime import UTC, datetime
 from pathlib import Path
 
-from bench.solver_scaling import git_info, git_line, machine_info, machine_line
+from bench.record import git_info, git_line, machine_info, machine_line, write_results
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
@@ -108,10 +107,7 @@ def main(argv: list[str] | None = None) -> int:
         "baseline": base,
         "table": text,
     }
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
-    for path in (RESULTS / f"candidates_speed-{stamp}.json", RESULTS / "candidates_speed-latest.json"):
-        path.write_text(json.dumps(record, indent=2, default=str) + "\n")
+    write_results("candidates_speed", record)
     return 0
 
 

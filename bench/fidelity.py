@@ -23,13 +23,13 @@ import math
 import statistics
 import time
 from concurrent.futures import ProcessPoolExecutor
-from datetime import UTC, datetime
 from pathlib import Path
 
 import msgspec
 import numpy as np
 
-from bench.solver_scaling import git_info, git_line, machine_info, machine_line, table
+from bench.record import git_info, git_line, machine_info, machine_line, write_results
+from bench.solver_scaling import table
 from fleetplan import fixtures
 from fleetplan.models.codec import read_request, to_builtins
 from fleetplan.models.plan import PlanRequest
@@ -322,10 +322,7 @@ def main(argv: list[str] | None = None) -> int:
         "requests": rows,
         "table": text,
     }
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
-    for path in (RESULTS / f"fidelity-{stamp}.json", RESULTS / "fidelity-latest.json"):
-        path.write_text(json.dumps(record, indent=2, default=str) + "\n")
+    write_results("fidelity", record)
     return 0
 
 

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import functools
-import json
 import re
 import tempfile
 import time
@@ -290,7 +289,7 @@ def run(examples: int, seed_value: int = 0) -> tuple[dict[str, Tally], float]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from bench.solver_scaling import git_info, git_line, machine_info, machine_line
+    from bench.record import git_info, git_line, machine_info, machine_line, write_results
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--examples", type=int, default=100, help="hypothesis examples per operation")
@@ -326,10 +325,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     for reason, n in per_operation["POST /plan"].refusals.most_common(10):
         print(f"    {n:>4}  {reason}")
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    text = json.dumps(result, indent=2)
-    (RESULTS / f"fuzz-{stamp.strftime('%Y%m%dT%H%M%SZ')}.json").write_text(text)
-    (RESULTS / "fuzz-latest.json").write_text(text)
+    write_results("fuzz", result, stamp=stamp)
     return 0
 
 

@@ -8,13 +8,13 @@ Writes bench/results/headroom_sweep-<UTC timestamp>.json and headroom_sweep-late
 
 import argparse
 import datetime
-import json
 import statistics
 import time
 from pathlib import Path
 
 import msgspec
 
+from bench.record import write_results
 from fleetplan import fixtures
 from fleetplan.models.codec import read_request
 from fleetplan.simulator import simulate
@@ -87,9 +87,7 @@ def main() -> None:
         "rows": rows,
         "wall_s": time.perf_counter() - began,
     }
-    out = ROOT / "bench" / "results"
-    for path in (out / f"headroom_sweep-{stamp}.json", out / "headroom_sweep-latest.json"):
-        path.write_text(json.dumps(result, indent=2) + "\n")
+    write_results("headroom_sweep", result)
 
 
 if __name__ == "__main__":

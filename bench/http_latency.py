@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import os
 import socket
 import statistics
@@ -32,7 +31,8 @@ from typing import IO
 
 import httpx
 
-from bench.solver_scaling import git_info, git_line, machine_info, machine_line, shown, table
+from bench.record import git_info, git_line, machine_info, machine_line, write_results
+from bench.solver_scaling import shown, table
 from fleetplan import fixtures
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -264,12 +264,8 @@ def report_text(result: dict, base: str, timeout: float) -> str:
     )
 
 
-def write_results(out: Path, stamp: datetime, result: dict) -> None:
-    out.mkdir(parents=True, exist_ok=True)
-    payload = json.dumps(result, indent=2, default=str)
-    path = out / f"http_latency-{stamp.strftime('%Y%m%dT%H%M%SZ')}.json"
-    path.write_text(payload)
-    (out / "http_latency-latest.json").write_text(payload)
+def _write(out: Path, stamp: datetime, result: dict) -> None:
+    path = write_results("http_latency", result, out, stamp=stamp)
     print(f"\nwrote {shown(path)} and http_latency-latest.json")
 
 
@@ -327,7 +323,7 @@ def main(argv: list[str] | None = None) -> int:
     print(text)
     if m.errors:
         print("\nerrors:\n  " + "\n  ".join(m.errors[:10]))
-    write_results(args.out, stamp, result)
+    _write(args.out, stamp, result)
     return 0 if m.latencies else 1
 
 

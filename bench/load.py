@@ -26,8 +26,8 @@ from typing import Any
 
 import httpx
 
+from bench.record import git_info, git_line, machine_info, machine_line, write_results
 from bench.server import ROOT, Server, rss_kib, running_server
-from bench.solver_scaling import git_info, git_line, machine_info, machine_line
 from fleetplan import fixtures
 
 RESULTS = ROOT / "bench" / "results"
@@ -209,10 +209,7 @@ def main(argv: list[str] | None = None) -> int:
         f"  RSS server (KiB): idle {rss_idle}, during {summary['rss_server_kib']}; "
         f"tree {summary['rss_tree_kib']}"
     )
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    text = json.dumps(result, indent=2)
-    (RESULTS / f"load-{stamp.strftime('%Y%m%dT%H%M%SZ')}.json").write_text(text)
-    (RESULTS / "load-latest.json").write_text(text)
+    write_results("load", result, stamp=stamp)
     return 0
 
 

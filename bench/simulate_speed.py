@@ -11,16 +11,13 @@ Writes bench/results/simulate_speed-<UTC timestamp>.json and simulate_speed-late
 
 import argparse
 import datetime as dt
-import json
-import os
-import platform
-import subprocess
 import time
 from pathlib import Path
 
 import msgspec
 import numpy as np
 
+from bench.record import git_info, machine_info, write_results
 from fleetplan import fixtures
 from fleetplan.models.plan import Options, PlanRequest
 from fleetplan.simulator import simulate
@@ -39,18 +36,6 @@ def fleet(scale: int = 2) -> PlanRequest:
         workloads=workloads,
         options=Options(capacity_model="flat", max_utilization=0.6),
     )
-
-
-def _git() -> dict:
-    def run(*args):
-        try:
-            return subprocess.run(
-                ["git", *args], cwd=ROOT, capture_output=True, text=True, check=False
-            ).stdout.strip()
-        except OSError:
-            return ""
-
-    return {"commit": run("rev-parse", "HEAD"), "dirty": run("status", "--porcelain").splitlines()}
 
 
 def main() -> None:
@@ -120,14 +105,8 @@ def main() -> None:
     out = {
         "benchmark": "simulate_speed",
         "timestamp": stamp,
-        "machine": {
-            "platform": platform.platform(),
-            "python": platform.python_version(),
-            "cpus": os.cpu_count(),
-            "numpy": np.__version__,
-            "loadavg": os.getloadavg(),
-        },
-        "git": _git(),
+        "machine": machine_info(),
+        "git": git_info(),
         "args": vars(args),
         "fleet": {
             "planned_rps": result.slo_rps,
@@ -138,11 +117,7 @@ def main() -> None:
         "runs": runs,
         "table": table_text,
     }
-    results = ROOT / "bench" / "results"
-    results.mkdir(parents=True, exist_ok=True)
-    text = json.dumps(out, indent=2)
-    (results / f"simulate_speed-{stamp}.json").write_text(text)
-    (results / "simulate_speed-latest.json").write_text(text)
+    write_results("simulate_speed", out)
 
 
 if __name__ == "__main__":

@@ -25,14 +25,9 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
-import hashlib
-import importlib.metadata
-import json
 import os
 import pickle
-import platform
 import statistics
-import subprocess
 import sys
 import time
 from datetime import UTC, datetime
@@ -41,6 +36,7 @@ from pathlib import Path
 import msgspec
 
 from bench.instances import instance, seeded_names
+from bench.record import RESULTS, ROOT, git_info, git_line, machine_info, machine_line, write_results
 from fleetplan.models.plan import StageRecord
 from fleetplan.solver import baselines, plan
 from fleetplan.solver.backends import Sense, get_backend, relative_gap
@@ -49,89 +45,6 @@ from fleetplan.solver.formulation import build_matrix
 from fleetplan.solver.optimize import optimize
 from fleetplan.solver.pipeline import resolve_profiles
 from fleetplan.solver.verify import verify
-
-ROOT = Path(__file__).resolve().parent.parent
-RESULTS = ROOT / "bench" / "results"
-
-
-# ----------------------------------------------------------------------------------------------- machine
-
-
-def machine_info() -> dict:
-    model = None
-    with contextlib.suppress(Exception):
-        out = subprocess.run(["lscpu"], capture_output=True, text=True, timeout=5, check=False).stdout
-        for line in out.splitlines():
-            if line.lower().startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-
-    def version(dist: str) -> str | None:
-        try:
-            return importlib.metadata.version(dist)
-        except importlib.metadata.PackageNotFoundError:
-            return None
-
-    load = None
-    with contextlib.suppress(OSError, AttributeError):
-        load = [round(x, 2) for x in os.getloadavg()]
-    return {
-        "platform": platform.platform(),
-        "python": platform.python_version(),
-        "cpu_count": os.cpu_count(),
-        "cpu_model": model,
-        "highspy": version("highspy"),
-        "numpy": version("numpy"),
-        "scipy": version("scipy"),
-        "pandas": version("pandas"),
-        "loadavg_at_start": load,
-    }
-
-
-def git_info() -> dict:
-    def run(*args: str) -> str | None:
-        try:
-            out = subprocess.run(
-                ["git", *args], cwd=ROOT, capture_output=True, text=True, timeout=10, check=True
-            )
-        except (OSError, subprocess.SubprocessError):
-            return None
-        return out.stdout.rstrip("\n")
-
-    status = run("status", "--porcelain") or ""
-    diff = subprocess.run(["git", "diff", "HEAD"], cwd=ROOT, capture_output=True, timeout=10, check=False)
-    files = [line[3:] for line in status.splitlines()]
-    return {
-        "commit": (run("rev-parse", "--short", "HEAD") or "").strip() or None,
-        "dirty": bool(status),
-        "dirty_files": status.splitlines(),
-        # uncommitted edits outside bench/ change what is measured: name them, and fingerprint the diff
-        "dirty_outside_bench": [f for f in files if not f.startswith("bench/")],
-        "diff_sha256": hashlib.sha256(diff.stdout).hexdigest()[:16] if diff.stdout else None,  # tracked files
-    }
-
-
-def git_line(g: dict) -> str:
-    if not g["dirty_outside_bench"]:
-        return f"commit {g['commit']}"
-    untracked = {line[3:] for line in g["dirty_files"] if line.startswith("??")}
-    edited = [f for f in g["dirty_outside_bench"] if f not in untracked]
-    others = [f for f in g["dirty_outside_bench"] if f in untracked]
-    text = f"commit {g['commit']}"
-    if edited:
-        text += f" + uncommitted edits to {', '.join(edited)} (diff {g['diff_sha256']})"
-    if others:
-        text += f"; untracked: {', '.join(others)}"
-    return text
-
-
-def machine_line(m: dict) -> str:
-    load = "" if m["loadavg_at_start"] is None else f", load avg {m['loadavg_at_start'][0]}"
-    return (
-        f"{m['cpu_model'] or platform.processor() or '?'} x{m['cpu_count']}{load} | {m['platform']} | "
-        f"Python {m['python']} | highspy {m['highspy']} | numpy {m['numpy']}"
-    )
-
 
 # ------------------------------------------------------------------------------------------ measurement
 
@@ -420,11 +333,8 @@ def main_solve_only(names: list[str], args, meta: dict, stamp) -> int:
     )
     print()
     print(text)
-    args.out.mkdir(parents=True, exist_ok=True)
-    body = json.dumps({**meta, "solve_only": rows, "table": text}, indent=2, default=str)
-    path = args.out / f"solver_scaling_solve-{stamp.strftime('%Y%m%dT%H%M%SZ')}.json"
-    path.write_text(body)
-    (args.out / "solver_scaling_solve-latest.json").write_text(body)
+    record = {**meta, "solve_only": rows, "table": text}
+    path = write_results("solver_scaling_solve", record, args.out, stamp=stamp)
     print(f"\nwrote {shown(path)} and solver_scaling_solve-latest.json")
     return 0
 
@@ -844,11 +754,8 @@ def main(argv: list[str] | None = None) -> int:
     print()
     print(text)
 
-    args.out.mkdir(parents=True, exist_ok=True)
-    body = json.dumps({**meta, "summary": summaries, "runs": raw, "table": text}, indent=2, default=str)
-    path = args.out / f"solver_scaling-{stamp.strftime('%Y%m%dT%H%M%SZ')}.json"
-    path.write_text(body)
-    (args.out / "solver_scaling-latest.json").write_text(body)
+    record = {**meta, "summary": summaries, "runs": raw, "table": text}
+    path = write_results("solver_scaling", record, args.out, stamp=stamp)
     print(f"\nwrote {shown(path)} and solver_scaling-latest.json")
     return 0
 

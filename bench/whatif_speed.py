@@ -16,7 +16,6 @@ Writes bench/results/whatif_speed-<UTC timestamp>.json and whatif_speed-latest.j
 
 import argparse
 import datetime as dt
-import json
 import os
 import random
 import time
@@ -24,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.solver_scaling import git_info, git_line, machine_info, machine_line
+from bench.record import git_info, git_line, machine_info, machine_line, write_results
 from fleetplan import fixtures
 from fleetplan.models.codec import read_request
 from fleetplan.models.whatif import Axis, WhatIfRequest, WhatIfResult
@@ -166,11 +165,7 @@ def main() -> None:
         "naive_estimate_s": naive_s,
         "table": table,
     }
-    results = ROOT / "bench" / "results"
-    results.mkdir(parents=True, exist_ok=True)
-    text = json.dumps(out, indent=2)
-    (results / f"whatif_speed-{stamp}.json").write_text(text)
-    (results / "whatif_speed-latest.json").write_text(text)
+    write_results("whatif_speed", out)
 
 
 if __name__ == "__main__":
