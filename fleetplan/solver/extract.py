@@ -58,15 +58,21 @@ def solution_from(cand: Candidates, cols: Columns, values: np.ndarray) -> Soluti
     return without_orphan_flows(cand, Solution(np.minimum(x, need), flow, used))
 
 
+def served_by_class(cand: Candidates, flow: np.ndarray) -> np.ndarray:
+    """RPS per class in `flow` (per use): what its colocated and prefill uses carry (a decode use carries the
+    same requests again)."""
+    uses = cand.uses
+    serves = uses["role"].isin(["colocated", "prefill"]).to_numpy()
+    return np.bincount(uses["w"].to_numpy(), weights=flow * serves, minlength=len(cand.classes))
+
+
 def sliver_classes(cand: Candidates, flow: np.ndarray) -> np.ndarray:
     """Per class: served in part (max_goodput only) at fewer than MIN_TAIL_REQUESTS requests beyond its
     percentile per WINDOW_S. (max_min_fraction serves every class the same fraction, min_cost all of it.)"""
     classes = cand.classes
     if cand.request.options.objective != "max_goodput":
         return np.zeros(len(classes), dtype=bool)
-    uses = cand.uses
-    serves = uses["role"].isin(["colocated", "prefill"]).to_numpy()
-    served = np.bincount(uses["w"].to_numpy(), weights=flow * serves, minlength=len(classes))
+    served = served_by_class(cand, flow)
     demand = classes["rate_rps"].to_numpy(float)
     beyond = served * WINDOW_S * (1.0 - classes["percentile"].to_numpy(float) / 100.0)
     return (served > 0) & (served < demand * (1 - 1e-6)) & (beyond < MIN_TAIL_REQUESTS)
@@ -100,9 +106,7 @@ def without_orphan_flows(cand: Candidates, sol: Solution) -> Solution:
             flow[p] += rps
             flow[d] += rps
     instances = np.where(np.bincount(pool, weights=flow, minlength=len(cand.pools)) > 0, sol.instances, 0)
-    serves = uses["role"].isin(["colocated", "prefill"]).to_numpy()
-    w = uses["w"].to_numpy()
-    dropped = np.bincount(w, weights=(sol.flow - flow) * serves * ~sliver_flow, minlength=len(cand.classes))
+    dropped = served_by_class(cand, (sol.flow - flow) * ~sliver_flow)
     dropped = np.where(dropped > 1e-9, dropped, 0.0)
     return Solution(instances, flow, _capacity_used(cand, flow), dropped, slivers)
 
