@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 import click
 
 from fleetplan.api.cli import _fail, _request_path
+from fleetplan.progress import progress_bar
 
 if TYPE_CHECKING:
     from fleetplan.models.whatif import WhatIfRequest, WhatIfResult
@@ -113,7 +114,7 @@ def whatif_command(
     try:
         request = _whatif_request(file, axes, baselines, marginal)
         executor = make_executor(workers, scheduler)
-        with _bar(progress) as update:
+        with progress_bar("what-if points", progress) as update:
             result = run_whatif(request, executor, progress=update)
         if plot_dir is not None:
             for path in write_plots(result, plot_dir):
@@ -133,50 +134,6 @@ def whatif_command(
         click.echo(msgspec.json.format(encode(result), indent=2).decode())
     elif csv_path is None or str(csv_path) != "-":
         click.echo(render_points(result), nl=False)
-
-
-class _bar:
-    """A rich progress bar on stderr with the point count and ETA; `update(done, total)`."""
-
-    def __init__(self, show: bool) -> None:
-        self.show = show
-        self.progress = None
-        self.task = None
-
-    def __enter__(self):
-        if not self.show:
-            return lambda done, total: None
-        from rich.console import Console
-        from rich.progress import (
-            BarColumn,
-            MofNCompleteColumn,
-            Progress,
-            TextColumn,
-            TimeElapsedColumn,
-            TimeRemainingColumn,
-        )
-
-        self.progress = Progress(
-            TextColumn("what-if points"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-            TextColumn("ETA"),
-            TimeRemainingColumn(),
-            console=Console(stderr=True),
-        )
-        self.progress.start()
-        return self.update
-
-    def update(self, done: int, total: int) -> None:
-        assert self.progress is not None
-        if self.task is None:
-            self.task = self.progress.add_task("whatif", total=total)
-        self.progress.update(self.task, completed=done, total=total)
-
-    def __exit__(self, *exc: object) -> None:
-        if self.progress is not None:
-            self.progress.stop()
 
 
 def render_points(result: "WhatIfResult") -> str:

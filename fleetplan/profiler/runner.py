@@ -39,6 +39,7 @@ from fleetplan.profiler.engines.base import Engine
 from fleetplan.profiler.stats import latency_columns
 from fleetplan.profiler.store import ProfileStore
 from fleetplan.profiler.tables import check_no_nan, missing_grid_points, monotone_warnings
+from fleetplan.progress import progress_bar
 
 Point = tuple[str, int, int, int]
 PARTIAL_SUFFIX = ".partial.jsonl"
@@ -187,33 +188,17 @@ def measure_point(engine: Engine, grid: ProfileGrid, point: Point) -> ProfileRow
 
 @contextlib.contextmanager
 def _progress(total: int, done: int, show: bool, label: str) -> Iterator[Callable[[], None]]:
-    """A rich progress bar with ETA on stderr; yields `advance()`."""
-    if not show:
-        yield lambda: None
-        return
-    from rich.console import Console
-    from rich.progress import (
-        BarColumn,
-        MofNCompleteColumn,
-        Progress,
-        TextColumn,
-        TimeElapsedColumn,
-        TimeRemainingColumn,
-    )
+    """fleetplan.progress.progress_bar, starting at `done` of `total`; yields `advance()`."""
+    with progress_bar(label, show) as update:
+        count = done
+        update(count, total)
 
-    progress = Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        TextColumn("ETA"),
-        TimeRemainingColumn(),
-        console=Console(stderr=True),
-        transient=False,
-    )
-    with progress:
-        task = progress.add_task(label, total=total, completed=done)
-        yield lambda: progress.advance(task)
+        def advance() -> None:
+            nonlocal count
+            count += 1
+            update(count, total)
+
+        yield advance
 
 
 def run_grid(
