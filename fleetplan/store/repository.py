@@ -178,14 +178,7 @@ class Repository:
     def list_plans(self, fleet: str, limit: int = 20, offset: int = 0) -> list[PlanRecord]:
         """The fleet's plans, newest first."""
         with self._read() as db:
-            fleet_id = _fleet_id(db, fleet)
-            rows = db.execute(
-                plan_select()
-                .where(plans.c.fleet_id == fleet_id)
-                .order_by(plans.c.id.desc())
-                .limit(_page(limit))
-                .offset(max(offset, 0))
-            ).all()
+            rows = _newest_first(db, plan_select(), plans, _fleet_id(db, fleet), limit, offset)
             return [plan_record(r) for r in rows]
 
     def get_plan(self, plan_id: int) -> PlanRecord:
@@ -364,14 +357,7 @@ class Repository:
         """The fleet's runs, newest first; abandoned running runs are marked `failed` first."""
         self.reap_abandoned(fleet)
         with self._read() as db:
-            fleet_id = _fleet_id(db, fleet)
-            rows = db.execute(
-                run_select()
-                .where(runs.c.fleet_id == fleet_id)
-                .order_by(runs.c.id.desc())
-                .limit(_page(limit))
-                .offset(max(offset, 0))
-            ).all()
+            rows = _newest_first(db, run_select(), runs, _fleet_id(db, fleet), limit, offset)
             return [run_record(r) for r in rows]
 
     def list_profile_sets(self) -> list[ProfileSetRecord]:
@@ -386,6 +372,12 @@ def check_fleet_name(name: str) -> str:
         return msgspec.convert(name, Name)
     except msgspec.ValidationError as error:
         raise InputError(str(error), field="name") from error
+
+
+def _newest_first(db, query, table, fleet_id: int, limit: int, offset: int) -> list:
+    """One page of a fleet's rows of `table` (plans, runs), newest first."""
+    query = query.where(table.c.fleet_id == fleet_id).order_by(table.c.id.desc())
+    return db.execute(query.limit(_page(limit)).offset(max(offset, 0))).all()
 
 
 def _page(limit: int) -> int:
