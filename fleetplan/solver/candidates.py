@@ -396,7 +396,7 @@ def link_headroom(uses: pd.DataFrame, request: PlanRequest) -> tuple[pd.DataFram
         # a FIFO link: every sender's wait is set by the longest transfer that may cross it
         hold = 1e3 * uses["kv_gbit"].to_numpy(float)[crossing] / max(gbps, 1e-9)
         allowance = uses["kv_slack_ms"].to_numpy(float)[crossing] / capacity.KV_SERVERS
-        epsilon = capacity.planned_tail(percentile[uses["w"].to_numpy()[crossing]])
+        epsilon = capacity.TAIL_MARGIN * (1.0 - percentile[uses["w"].to_numpy()[crossing]] / 100.0)
         kept = np.ones(len(hold), dtype=bool)
         for _ in range(2):  # once more without the senders the longest transfer pushed out
             caps = capacity.link_cap(np.full(len(hold), hold[kept].max(initial=0.0)), allowance, epsilon)
@@ -423,7 +423,7 @@ def predicted_latency(
     t = dataclasses.replace(
         t,
         # reported at the class's own percentile (planned at TAIL_MARGIN of its tail probability)
-        epsilon=1.0 - cand.classes["percentile"].to_numpy(float)[uses["w"].to_numpy()] / 100.0,
+        epsilon=t.epsilon / capacity.TAIL_MARGIN,
         kv_slack_ms=uses["kv_slack_ms"].to_numpy(float),
         nic_u=uses["nic_u"].to_numpy(float),
         servers=servers,

@@ -47,20 +47,10 @@ BISECTIONS = 40
 # pool levels): on that grid the largest feasible point is found in ceil(log2(LEVELS + 1)) = 5 evaluations
 LEVELS = 20
 NIC_STEPS = 8  # NIC utilizations tried per prefill use: k/8 of its mean-wait cap (nic_utilization)
-# The SLO is planned at a margin x its tail probability: the promise is judged on 600 s windows, where the
-# empirical percentile of a class of a few requests/s scatters by tens of ms, and the M/G/1 and Erlang C
-# forms are approximations (docs/formulation.md, "Margin"). TAIL_MARGIN (p99.5 for a p99 SLO) for
-# percentiles of 99 and above, where a window holds 1% of its requests beyond the percentile;
-# TAIL_MARGIN_LOW (p93 for a p90 SLO) below, where it holds ten times more and the estimate scatters less.
+# The SLO is planned at TAIL_MARGIN x its tail probability (p95 for a p90 SLO, p99.5 for p99): the promise
+# is judged on 600 s windows, where the empirical percentile of a class of a few requests/s scatters by
+# tens of ms, and the M/G/1 and Erlang C forms are approximations (docs/formulation.md, "Margin").
 TAIL_MARGIN = 0.5
-TAIL_MARGIN_LOW = 0.7
-
-
-def planned_tail(percentile: np.ndarray) -> np.ndarray:
-    """The tail probability each class is planned at: its margin x (1 - q / 100)."""
-    q = np.asarray(percentile, dtype=float)
-    return np.where(q >= 99.0, TAIL_MARGIN, TAIL_MARGIN_LOW) * (1.0 - q / 100.0)
-
 
 _Z = np.arange(-5.0, 5.0 + 1e-9, 0.125)
 _W = ndtr(np.append(_Z[1:], np.inf) - 0.0625) - ndtr(np.insert(_Z[:-1], 0, -np.inf) + 0.0625)

@@ -75,7 +75,7 @@ def use_table(uses: pd.DataFrame, classes: pd.DataFrame, queue: list[str] | None
     `queue`: the columns of the uses that share one FIFO queue (default: the pool shape and mix)."""
     c = classes.loc[uses["w"]].reset_index(drop=True)
     # plan each class at a fraction of its tail probability: the promise is judged on finite windows
-    epsilon = capacity.planned_tail(c["percentile"].to_numpy(float))
+    epsilon = capacity.TAIL_MARGIN * (1.0 - c["percentile"].to_numpy(float) / 100.0)
     prefill = uses["role"].to_numpy() == "prefill"
     own = uses["bw_gbps"].to_numpy(float)
     slowest_source = uses[prefill].groupby("w")["bw_gbps"].min()
