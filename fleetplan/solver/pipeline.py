@@ -75,8 +75,9 @@ def plan(
     values = outcome.values if outcome else None
 
     solution = _solution(cand, outcome, values)
-    routes = extract.routes_out(cand, solution) if outcome else {w: [] for w in cand.classes.index}
-    pools = extract.pools_out(cand, solution)
+    groups = extract.pool_groups(cand, solution)
+    routes = extract.routes_out(cand, solution, groups) if outcome else {w: [] for w in cand.classes.index}
+    pools = extract.pools_out(cand, solution, groups)
     devices = extract.devices_out(cand, solution)
     links = extract.links_out(cand, routes)
     cost = float(sum(d.cost_per_hour * u.used for d, u in zip(request.devices, devices, strict=True)))
@@ -178,33 +179,36 @@ def _kept_instances(cand, cols, values, solution: extract.Solution) -> extract.S
 def _workload_results(cand, routes, devices, links, cost, solution=None) -> list[WorkloadResult]:
     """Served, unserved and why, per class; the solution's `dropped` (RPS per class extract dropped for
     running through pools with 0 instances) and `slivers` are unserved, and the reason says so."""
-    dropped = None if solution is None else solution.dropped
-    slivers = None if solution is None else solution.slivers
-    results = []
-    for w, c in cand.classes.iterrows():
-        served = float(sum(r.rps for r in routes[w]))
-        demand = float(c["rate_rps"])
-        unserved = max(demand - served, 0.0)
-        reason = None
-        if unserved > 1e-6 * max(1.0, demand):
-            if not (cand.uses["w"] == w).any():
-                reason = explain.no_candidate_reason(cand, w)
-            else:
-                reason = explain.shortfall_reason(cand, w, devices, links, cost)
-        if dropped is not None and dropped[w] > 0:
-            reason = explain.with_dropped_flow(reason, float(dropped[w]))
-        if slivers is not None and slivers[w]:
-            reason = explain.with_sliver(reason, extract.WINDOW_S, extract.MIN_TAIL_REQUESTS)
-        results.append(
-            WorkloadResult(
-                name=c["name"],
-                served_rps=round(served, 9),
-                unserved_rps=round(unserved, 9),
-                reason=reason,
-                routes=routes[w],
-            )
+    classes = cand.classes
+    demand = classes["rate_rps"].to_numpy(float)
+    served = np.array([sum(r.rps for r in routes[w]) for w in classes.index], dtype=float)
+    unserved = np.maximum(demand - served, 0.0)
+    short = unserved > 1e-6 * np.maximum(1.0, demand)
+    with_uses = set(cand.uses["w"].to_numpy().tolist())
+    reasons: dict[int, str | None] = {w: None for w in classes.index}
+    reasons.update(
+        {w: explain.no_candidate_reason(cand, w) for w in classes.index[short] if w not in with_uses}
+    )
+    reasons.update(
+        explain.shortfall_reasons(
+            cand, [w for w in classes.index[short] if w in with_uses], devices, links, cost
         )
-    return results
+    )
+    if solution is not None:
+        for w in classes.index[solution.dropped > 0] if solution.dropped is not None else []:
+            reasons[w] = explain.with_dropped_flow(reasons[w], float(solution.dropped[w]))
+        for w in classes.index[solution.slivers] if solution.slivers is not None else []:
+            reasons[w] = explain.with_sliver(reasons[w], extract.WINDOW_S, extract.MIN_TAIL_REQUESTS)
+    return [
+        WorkloadResult(
+            name=name,
+            served_rps=round(float(s), 9),
+            unserved_rps=round(float(u), 9),
+            reason=reasons[w],
+            routes=routes[w],
+        )
+        for w, name, s, u in zip(classes.index, classes["name"], served, unserved, strict=True)
+    ]
 
 
 def _solver_info(request: PlanRequest, outcome) -> SolverInfo:
