@@ -3,7 +3,8 @@
 1. A 5,000-class request (bench.instances.synthetic_request, 8 device types) with time_limit_s 2:
    - CLI: wall time of `python -m fleetplan plan FILE`, process start to exit (the answer is its one line),
      and whether any process of it is left afterwards;
-   - HTTP: wall time of POST /plan, and whether any solve process of the server is alive right after.
+   - HTTP: wall time of POST /plan, and whether any worker of the server is still working right after
+     (its warm workers stay alive, idle: bench/server.py tells a working one by its CPU time growing).
 2. A client that disconnects 1 s into a paper request (time_limit_s 30): how long until its solve stops.
 3. SIGTERM while solves run and wait (8 paper requests, 2 solver slots, grace 2 s): time to exit.
 
@@ -213,7 +214,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"5,000-class request ({len(body) / 1e6:.1f} MB), time_limit_s {LIMIT_S:g}, goal <= {GOAL_S:g} s")
     print("  CLI wall s:  " + "  ".join(f"{r['wall_s']:.2f} (exit {r['exit_code']})" for r in cli))
     print("  HTTP wall s: " + "  ".join(f"{r['wall_s']:.2f} ({r['status']})" for r in http))
-    print(f"  solve processes alive right after the HTTP answers: {[r['solving_right_after'] for r in http]}")
+    print(f"  workers still working right after the HTTP answers: {[r['solving_right_after'] for r in http]}")
     print(f"paper request alone (baseline): {paper_s:.2f} s, status {paper_ok.status_code}")
     print(f"disconnect after 1 s: solve stopped {disconnect['solve_stopped_after_disconnect_s']:.2f} s later")
     print(

@@ -36,6 +36,7 @@ from typing import IO
 import httpx
 
 from bench.record import git_info, git_line, machine_info, machine_line, write_results
+from bench.server import cpu_ms
 from bench.solver_scaling import shown, table
 from fleetplan import fixtures
 
@@ -81,15 +82,6 @@ def stats(values: list[float]) -> dict:
         "min": min(values),
         "mean": statistics.fmean(values),
     }
-
-
-def cpu_ms(pid: int) -> float | None:
-    """utime + stime of a process (all its threads), from /proc; None where there is no /proc."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return None
-    return (int(fields[11]) + int(fields[12])) * 1e3 / os.sysconf("SC_CLK_TCK")
 
 
 def wait_healthy(client: httpx.Client, base: str, proc: subprocess.Popen, deadline_s: float) -> float:
