@@ -1,5 +1,6 @@
 """Solution vector -> the parts of a Plan: instances, utilization, routes, device and link use."""
 
+from collections import Counter
 from dataclasses import dataclass
 
 import numpy as np
@@ -111,13 +112,18 @@ def without_orphan_flows(cand: Candidates, sol: Solution) -> Solution:
 
 def pool_groups(cand: Candidates, sol: Solution) -> np.ndarray:
     """Per pool: 0, or 1, 2, ... for further headroom levels or mixes of the same (owner, role, device, tp,
-    batch) that the plan runs (highest headroom first); they are separate groups of instances."""
-    pools = cand.pools.assign(on=sol.instances > 0)
-    pools = pools[pools["on"]].sort_values("rho", ascending=False, kind="stable")
-    groups = np.zeros(len(cand.pools), np.int64)
-    groups[pools.index.to_numpy()] = (
-        pools.groupby(["owner", "role", "device", "tp", "batch"]).cumcount().to_numpy()
-    )
+    batch) that the plan runs (highest headroom first, ties in pool order); they are separate groups of
+    instances."""
+    pools = cand.pools
+    groups = np.zeros(len(pools), np.int64)
+    on = np.flatnonzero(sol.instances > 0)
+    on = on[np.argsort(-pools["rho"].to_numpy(float)[on], kind="stable")]
+    chosen = pools.iloc[on]
+    keys = zip(chosen["owner"], chosen["role"], chosen["device"], chosen["tp"], chosen["batch"], strict=True)
+    seen: Counter[tuple] = Counter()
+    for index, key in zip(on, keys, strict=True):
+        groups[index] = seen[key]
+        seen[key] += 1
     return groups
 
 

@@ -10,8 +10,9 @@ import time
 import msgspec
 import numpy as np
 
-from fleetplan.models.errors import SolverFailure
+from fleetplan.models.errors import ProfileMissing, SolverFailure
 from fleetplan.models.plan import Baselines, Plan, PlanRequest, ProfileSetInfo, SolverInfo, WorkloadResult
+from fleetplan.models.workload import Workload
 from fleetplan.profiler.store import ProfileStore
 from fleetplan.profiler.tables import ProfileTable, from_rows
 from fleetplan.solver import baselines, explain, extract
@@ -19,6 +20,7 @@ from fleetplan.solver.backends import Termination, relative_gap
 from fleetplan.solver.candidates import build_candidates, check_profiles_cover
 from fleetplan.solver.deadline import Deadline
 from fleetplan.solver.formulation import Churn, pool_cost, previous_instances
+from fleetplan.solver.memo import per_table
 from fleetplan.solver.optimize import Outcome, optimize
 from fleetplan.solver.verify import verify
 
@@ -35,6 +37,32 @@ def resolve_profiles(request: PlanRequest, store: ProfileStore | None = None) ->
         return from_rows(request.profiles.rows)
     assert request.profiles.set is not None
     return (store or ProfileStore()).load(request.profiles.set)
+
+
+@per_table
+def _covered(table: ProfileTable) -> set[tuple[str, int]]:
+    """The (model, percentile) pairs `table` was seen to cover; check_cover adds to it (the one mutable
+    value of solver/memo.py's caches)."""
+    return set()
+
+
+def check_cover(request: PlanRequest, table: ProfileTable) -> None:
+    """candidates.check_profiles_cover, on the first class of each (model, percentile) not yet seen
+    covered by this table (its cost grows with classes x rows); on a failure the whole request is checked
+    again, so that the error names the first class at fault."""
+    firsts: dict[tuple[str, int], Workload] = {}
+    for w in request.workloads:
+        firsts.setdefault((w.model, w.slo.percentile), w)
+    covered = _covered(table)
+    unseen = [w for pair, w in firsts.items() if pair not in covered]
+    if not unseen:
+        return
+    try:
+        check_profiles_cover(msgspec.structs.replace(request, workloads=unseen), table)
+    except ProfileMissing:
+        check_profiles_cover(request, table)
+        raise
+    covered.update(firsts)
 
 
 def fleet_warnings(request: PlanRequest, table: ProfileTable) -> list[str]:
@@ -63,7 +91,7 @@ def plan(
     """
     began = time.perf_counter()
     table = resolve_profiles(request, store)
-    check_profiles_cover(request, table)
+    check_cover(request, table)
     _check(deadline, "the profile lookup")
     cand = build_candidates(request, table)
     if churn is not None:
