@@ -63,7 +63,7 @@ KILL_SLACK_S = 0.0
 PARENT_CHECK_S = 1.0
 # jobs up to this size are written to the worker's pipe from the event loop; larger ones from a thread
 INLINE_SEND_BYTES = 32 * 1024
-# SolvePool.max_worker_rss_mib's default (a warm worker holds about 190 MiB)
+# SolvePool.max_worker_rss_mib's default (a warm worker holds 85-130 MiB after S plans)
 MAX_WORKER_RSS_MIB = 640.0
 PAGE_BYTES = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
@@ -273,7 +273,7 @@ class SolvePool:
     # Retry-After never asks for more (fleetplan/api/server.py keeps idle connections open longer)
     max_retry_after_s: int = 20
     # a worker holding more resident memory than this after a job is replaced (a large request's arrays
-    # stay in the allocator's arenas); a warm worker holds about 190 MiB, a 5,000-class plan about 1 GiB
+    # stay in the allocator's arenas); a warm worker holds 85-130 MiB (S), a 5,000-class plan about 1 GiB
     max_worker_rss_mib: float = MAX_WORKER_RSS_MIB
     _slots: anyio.Semaphore | None = None
     _children: set[Worker] = field(default_factory=set)  # workers doing a request's work now
@@ -413,16 +413,18 @@ class SolvePool:
             await anyio.to_thread.run_sync(worker.send, job)
 
     async def _take(self) -> Worker:
-        """An idle warm worker, or (none idle: the replacements are still starting) a new one now."""
-        while True:
-            with self._lock:
-                worker = self._idle.pop() if self._idle else None
-            if worker is None:
-                return await anyio.to_thread.run_sync(Worker.start, self.context())
-            if worker.process.is_alive():
-                return worker
-            await anyio.to_thread.run_sync(worker.stop)  # died while idle (e.g. the OOM killer)
-            self._replace()
+        """An idle warm worker, or (none idle: the replacements are still starting) a new one now. Shielded:
+        a worker started is always handed to the caller, which releases it."""
+        with anyio.CancelScope(shield=True):
+            while True:
+                with self._lock:
+                    worker = self._idle.pop() if self._idle else None
+                if worker is None:
+                    return await anyio.to_thread.run_sync(Worker.start, self.context())
+                if worker.process.is_alive():
+                    return worker
+                await anyio.to_thread.run_sync(worker.stop)  # died while idle (e.g. the OOM killer)
+                self._replace()
 
     async def _release(self, worker: Worker, answered: bool) -> None:
         """Back to the idle workers if it answered and is not too large; else kill it, replace it."""
