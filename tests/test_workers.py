@@ -12,6 +12,7 @@ from typing import Any
 
 import anyio
 import pytest
+from test_service import _gone
 
 from fleetplan.api.workers import SolvePool, WorkerCrashed, cli_context
 from fleetplan.models.errors import DeadlineExceeded, InputError
@@ -35,17 +36,13 @@ def _raise(deadline: object) -> None:
     raise RuntimeError("a bug")
 
 
+def _unpicklable(deadline: object) -> object:
+    return lambda: None
+
+
 def _hang(pid_file: Path, deadline: object) -> None:
     pid_file.write_text(str(os.getpid()))
     time.sleep(60)
-
-
-def _gone(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    return False
 
 
 def _pool(**kwargs: Any) -> SolvePool:
@@ -116,7 +113,7 @@ def test_a_cancelled_request_kills_its_worker(pool: SolvePool, tmp_path: Path) -
     assert pool.replaced == 1
 
 
-@pytest.mark.parametrize("work", [_die, _raise])
+@pytest.mark.parametrize("work", [_die, _raise, _unpicklable])
 def test_a_crashed_worker_is_an_error_and_is_replaced(pool: SolvePool, work: Any) -> None:
     pool.warm()
     (before,) = _idle_pids(pool)

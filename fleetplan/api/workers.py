@@ -29,6 +29,7 @@ import math
 import multiprocessing
 import multiprocessing.connection
 import os
+import pickle
 import signal
 import threading
 import time
@@ -89,15 +90,15 @@ def cli_context() -> BaseContext:
 
 
 def plan_in_child(request: PlanRequest, store: "ProfileStore | None", deadline: "Deadline") -> Plan:
-    """What a child runs: solver.plan, looked up when called (tests replace it, under a fork context, to
-    simulate hangs and bugs)."""
+    """What a worker runs for POST /plan: solver.plan (tests replace it with a module-level function,
+    under a fork context, to simulate hangs and bugs)."""
     from fleetplan import solver  # imported in the child: the CLI's parent never pays for it
 
     return solver.plan(request, store, deadline=deadline)
 
 
 def whatif_in_child(request: "WhatIfRequest", store: "ProfileStore | None", deadline: "Deadline") -> Any:
-    """POST /whatif's sweep in a child (serially there: the child is the unit that is killed at the
+    """POST /whatif's sweep in a worker (serially there: the worker is the unit that is killed at the
     deadline; each point's solve keeps its own time limit)."""
     from fleetplan.whatif import run_whatif
 
@@ -111,8 +112,8 @@ def replan_in_child(
     store: "ProfileStore | None",
     deadline: "Deadline",
 ) -> Any:
-    """POST /fleets/{name}/replan's work in a child, for the run the parent started (so that the parent
-    can mark it failed if it kills the child): its own connection to the store (none crosses a fork)."""
+    """POST /fleets/{name}/replan's work in a worker, for the run the parent started (so that the parent
+    can mark it failed if it kills the worker): its own connection to the store (none crosses a fork)."""
     from fleetplan.replan import replan
     from fleetplan.store import open_repository
 
@@ -134,7 +135,14 @@ def _serve(conn: multiprocessing.connection.Connection) -> None:
             job = conn.recv()
         except EOFError:
             return
-        conn.send(_perform(*job))
+        except Exception as error:  # noqa: BLE001 - a job that does not unpickle: a bug, answered as one
+            conn.send(("crash", 0.0, f"the worker could not read its job: {type(error).__name__}: {error}"))
+            continue
+        answer = _perform(*job)
+        try:
+            conn.send(answer)
+        except (TypeError, ValueError, AttributeError, pickle.PicklingError) as error:  # does not pickle
+            conn.send(("crash", answer[1], f"the answer could not be sent: {type(error).__name__}: {error}"))
 
 
 def _perform(work: Callable[..., Any], args: tuple[Any, ...], at: float, budget_s: float) -> tuple[Any, ...]:
@@ -330,16 +338,9 @@ class SolvePool:
         budget, timed_out = request.options.time_limit_s, _timed_out(request)
         return await self.solve(plan_in_child, (request, store), deadline_at, budget, timed_out)
 
-    async def call(
-        self,
-        work: Callable[..., Any],
-        args: tuple[Any, ...],
-        deadline_at: float,
-        budget_s: float,
-        timed_out: PlannerError,
-    ) -> Any:
-        """What `solve` answers, without its time."""
-        return (await self.solve(work, args, deadline_at, budget_s, timed_out)).result
+    async def call(self, *job: Any) -> Any:
+        """What `solve(*job)` answers, without its time."""
+        return (await self.solve(*job)).result
 
     async def solve(
         self,
