@@ -82,6 +82,15 @@ def cpu_ms(pid: int) -> float | None:
     return (int(fields[11]) + int(fields[12])) * 1e3 / os.sysconf("SC_CLK_TCK")
 
 
+def alive(pid: int) -> bool:
+    """The process exists and is not a zombie."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
 def descendants(pid: int) -> list[int]:
     children, found, todo = _children_map(), [], [pid]
     while todo:
