@@ -46,11 +46,13 @@ def test_solve_result_gap_is_relative_gap():
 
 @pytest.fixture(scope="module")
 def paper_plan():
-    """The plan of the bundled paper request, with every backend call optimize() made (module-scoped)."""
+    """The plan of the bundled paper request, with every backend call optimize() and the pooled credit
+    (solver/pooled.py) made (module-scoped)."""
     from fleetplan import fixtures
     from fleetplan.models.codec import read_request
     from fleetplan.solver import optimize as optimize_module
     from fleetplan.solver import plan
+    from fleetplan.solver import pooled as pooled_module
 
     calls = []
     real = optimize_module.get_backend
@@ -64,11 +66,11 @@ def paper_plan():
             calls.append((kwargs.get("relax", False), result))
             return result
 
-    optimize_module.get_backend = lambda name: Counting(real(name))
+    optimize_module.get_backend = pooled_module.get_backend = lambda name: Counting(real(name))
     try:
         result = plan(read_request(fixtures.request_path("paper")), with_baselines=False)
     finally:
-        optimize_module.get_backend = real
+        optimize_module.get_backend = pooled_module.get_backend = real
     return result, calls
 
 
@@ -88,7 +90,10 @@ def test_a_plan_carries_a_record_per_solver_call(paper_plan):
     assert steps[0] == "relaxation"
     assert "primary" in steps
     assert steps.index("primary") > max(i for i, s in enumerate(steps) if s in ("relaxation", "start"))
-    assert all(s == "tie_break" for s in steps[steps.index("primary") + 1 :])
+    # then the tie-breaks, and last the pooled credit's LP where it served more (solver/pooled.py)
+    after = [s for s in steps[steps.index("primary") + 1 :] if s != "pooled"]
+    assert all(s == "tie_break" for s in after)
+    assert "pooled" not in steps[:-1]
     # max_goodput: goodput, then the cost tie-break
     assert [(r.step, r.stage) for r in stages if r.step in ("primary", "tie_break")] == [
         ("primary", "goodput"),
@@ -122,7 +127,12 @@ def test_the_final_stages_match_the_plan_within_the_gap(paper_plan):
     assert primary.bound == result.objective_bound
     assert primary.gap == result.mip_gap
     tolerance = (result.mip_gap or 0.0) + 1e-6
-    assert result.objective_value == pytest.approx(primary.objective, rel=tolerance)
+    # the plan's value: the primary MIP's, or what the pooled credit served on the same instances
+    pooled = [r for r in stages if r.step == "pooled"]
+    served = pooled[-1].objective if pooled else primary.objective
+    assert result.objective_value == pytest.approx(served, rel=tolerance)
+    if pooled:
+        assert pooled[-1].objective > primary.objective
     # the last stage (the cost tie-break) is the plan kept: its objective is the plan's cost
     assert final.stage == "cost"
     assert result.cost_per_hour == pytest.approx(final.objective, rel=(final.gap or 0.0) + 1e-6)

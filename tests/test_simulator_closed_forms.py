@@ -24,6 +24,7 @@ from fleetplan.models.profile import ProfileRow, ProfilesSpec
 from fleetplan.models.workload import Slo, Workload
 from fleetplan.simulator import replay
 from fleetplan.simulator.service import ExponentialService
+from fleetplan.solver import capacity
 from fleetplan.solver.pipeline import plan, resolve_profiles
 
 MU = 10.0  # services per second per instance (mean service 100 ms)
@@ -176,3 +177,20 @@ def test_several_instances_queue_per_instance_not_centrally(c):
     lam = rho * c * MU
     erlang = erlang_c(c, lam / MU) * math.exp(-(c * MU - lam) * t)
     assert float((waits > t).mean()) > 1.3 * erlang
+
+
+@pytest.mark.parametrize(("c", "rho"), [(2, 0.5), (2, 0.8), (3, 0.5), (3, 0.8)])
+def test_pooled_wait_model_bounds_the_simulated_jsq_tail(c, rho):
+    """The capacity model's credit for c instances (solver/pooled.py): an arrival waits with the Erlang C
+    probability C(c, c rho) and then the single instance's conditional wait (exponential, rate (1 - rho) mu).
+    Against the simulator's JSQ it must be conservative at every t from 0 to 3 mean services, and strictly
+    below the single-instance tail (or it would be no credit at all)."""
+    measured, run = _replay(c, rho, 10_000.0, seed=2, service=ExponentialService(1 / MU))
+    waits = (run.t_start - run.arrival)[measured]
+    pooled = float(capacity.pooled_wait_prob(np.array([rho]), np.array([c]))[0])
+    assert pooled == pytest.approx(erlang_c(c, c * rho), rel=1e-9)
+    assert pooled < rho
+    for t in (0.0, 0.1, 0.2, 0.3):
+        model = pooled * math.exp(-(1 - rho) * MU * t)
+        simulated = float((waits > t).mean())
+        assert simulated <= model, (t, simulated, model)

@@ -213,7 +213,7 @@ class Baselines(Base):
     greedy: GreedyBaseline
 
 
-StageStep = Literal["relaxation", "start", "primary", "tie_break"]
+StageStep = Literal["relaxation", "start", "primary", "tie_break", "pooled"]
 StageKind = Literal["lp", "submip", "mip"]
 
 
@@ -221,9 +221,11 @@ class StageRecord(Base):
     """One solver call the optimizer made (fleetplan/solver/optimize.py), in the order made.
 
     `step`: "relaxation" (the LP relaxation through every stage), "start" (the sub-MIP that seeds the MIP,
-    or the LP with its rounded instances fixed), "primary" (the first stage's MIP) or "tie_break" (a later
-    stage, the earlier ones locked). `stage` is the objective solved ("goodput", "cost", "phi"). `kind`:
-    "lp", "submip" (the MIP boxed around the LP solutions) or "mip" ("lp" for a stage without integers).
+    or the LP with its rounded instances fixed), "primary" (the first stage's MIP), "tie_break" (a later
+    stage, the earlier ones locked) or "pooled" (the goodput LP with the instance counts fixed and the
+    credit of pools of several instances, solver/pooled.py). `stage` is the objective solved ("goodput",
+    "cost", "phi"). `kind`: "lp", "submip" (the MIP boxed around the LP solutions) or "mip" ("lp" for a
+    stage without integers).
     `ms` is the call's wall time; `ended_ms` when it returned, in ms from the optimizer's entry (matrix
     build included). `objective` and `bound` are in the stage's own units, `gap` their relative_gap
     (docs/api.md, "mip_gap"); `nodes` the branch-and-bound nodes where the backend reports them (HiGHS).

@@ -221,10 +221,9 @@ def flow_tiers(uses: pd.DataFrame, classes: pd.DataFrame, keyed: bool) -> pd.Dat
     t_kv = transfer_ms(kv, pairs["bw_gbps"].to_numpy(), pairs["decode_bw"].to_numpy())
     reaches = pairs["ttft_ms"].to_numpy() + t_kv <= slo * (1 + 1e-12)
     reach = pairs[reaches].assign(t_kv_ms=t_kv[reaches])
-    # the level is the last tier reached; its transfer is the slowest one the prefill use may make
-    by_use = ["w", "device", "tp", "batch", "key"]
-    worst = reach.sort_values("tier", kind="stable").groupby(by_use, as_index=False).last()
-    levels = worst[["w", "device", "tp", "batch", "key", "tier", "t_kv_ms", "decode_bw"]]
+    # one prefill use per tier it reaches: level j sends only to tiers 0..j, so its slowest transfer
+    # (t_kv_ms) is tier j's, and a use that may skip the slow destinations is admitted at more load
+    levels = reach[["w", "device", "tp", "batch", "key", "tier", "t_kv_ms", "decode_bw"]]
     prefill = prefill.merge(levels, on=["w", "device", "tp", "batch"]).rename(columns={"tier": "level"})
     prefill["tier"] = -1
     others = uses[uses["role"] != "prefill"].assign(level=-1, t_kv_ms=0.0, decode_bw=np.inf)
@@ -251,7 +250,7 @@ def drop_dominated_pools(pools: pd.DataFrame, uses: pd.DataFrame) -> tuple[pd.Da
     """
     group = ["owner", "role", "device", "tp"]
     left = uses[[*group, "w", "key", "pool", "level"]].assign(
-        admissible=uses["rate_rps"] * uses["rho"], nic_rho=uses["nic_rho"]
+        admissible=uses["rate_rps"] * uses["rho"], nic_rho=uses["nic_rho"], use=np.arange(len(uses))
     )
     pairs = left.merge(left, on=[*group, "w", "key"], suffixes=("_a", "_b"))
     pairs = pairs[pairs["pool_a"] != pairs["pool_b"]]
@@ -260,7 +259,9 @@ def drop_dominated_pools(pools: pd.DataFrame, uses: pd.DataFrame) -> tuple[pd.Da
         & (pairs["level_a"] >= pairs["level_b"])
         & (pairs["nic_rho_a"] >= pairs["nic_rho_b"] * (1 - 1e-12))
     )
-    covered = pairs[covers].groupby(["pool_a", "pool_b"]).size().rename("covered").reset_index()
+    # a use of B counts once however many uses of A (one per prefill level) cover it
+    covered_uses = pairs[covers].drop_duplicates(["pool_a", "use_b"])
+    covered = covered_uses.groupby(["pool_a", "pool_b"]).size().rename("covered").reset_index()
     n_uses = uses.groupby("pool").size()
     dominates = covered[covered["covered"].to_numpy() == n_uses.loc[covered["pool_b"]].to_numpy()]
     pair_set = set(zip(dominates["pool_a"], dominates["pool_b"], strict=True))
@@ -408,21 +409,24 @@ def link_headroom(uses: pd.DataFrame, request: PlanRequest) -> tuple[pd.DataFram
 
 
 def predicted_latency(
-    cand: Candidates, uses: pd.DataFrame, rate: np.ndarray
+    cand: Candidates, uses: pd.DataFrame, rate: np.ndarray, servers: np.ndarray | None = None
 ) -> tuple[np.ndarray, np.ndarray]:
     """(TTFT, TBT) at the SLO percentile of `uses` when one instance takes `rate` requests/s of each
     (capacity.predict: the same queueing model that set the admissible loads, at the class's percentile
-    itself rather than the margin it was planned at)."""
+    itself rather than the margin it was planned at), its pool running `servers` instances behind
+    join-shortest-queue (solver/pooled.py; None: one)."""
     if uses.empty or cand.curves is None:
         return np.full(len(uses), np.nan), np.full(len(uses), np.nan)
     uses = uses.reset_index(drop=True)
-    t = use_table(uses, cand.classes)
+    # the FIFO shares among the given uses of each pool: a pool's instances queue only what it carries
+    t = use_table(uses, cand.classes, queue=["pool"])
     t = dataclasses.replace(
         t,
         # reported at the class's own percentile (planned at TAIL_MARGIN of its tail probability)
         epsilon=t.epsilon / capacity.TAIL_MARGIN,
         kv_slack_ms=uses["kv_slack_ms"].to_numpy(float),
         nic_u=uses["nic_u"].to_numpy(float),
+        servers=servers,
     )
     return capacity.predict(t, cand.curves.curves(uses), rate)
 

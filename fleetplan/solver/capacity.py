@@ -116,6 +116,25 @@ def tail(grid, limit, wait_prob, wait_mean, kv_prob=None, kv_mean=None) -> np.nd
     return np.where(limit[:, None] - grid < 0, 1.0, out) @ _W
 
 
+def slot_wait_prob(slots: np.ndarray, load: np.ndarray, servers: np.ndarray | None) -> np.ndarray:
+    """Probability that an arrival finds every slot held: Erlang C over the b slots of one instance, or
+    over the c b slots of c instances behind join-shortest-queue (offered load c a)."""
+    c = 1 if servers is None else np.maximum(np.asarray(servers, dtype=np.int64), 1)
+    return erlang_c(slots * c, np.minimum(load * c, slots * c - 1e-9))
+
+
+def pooled_wait_prob(busy: np.ndarray, servers: np.ndarray | None) -> np.ndarray:
+    """Probability that an arrival finds all of c instances busy when each is busy with probability `busy`:
+    Erlang C, C(c, c busy) (= busy at c = 1). Under join-shortest-queue an arrival waits only then; the
+    wait it then has is the single instance's (its queue's), which keeps the model above the simulated
+    JSQ tails (docs/formulation.md, "Pools of several instances")."""
+    if servers is None:
+        return busy
+    c = np.maximum(np.asarray(servers, dtype=np.int64), 1)
+    pooled = erlang_c(c, np.minimum(c * busy, c - 1e-9))
+    return np.where(c > 1, np.where(busy < 1.0, pooled, 1.0), busy)
+
+
 def erlang_c(servers: np.ndarray, load: np.ndarray) -> np.ndarray:
     """Probability of waiting in M/M/c with c = servers (integer array) and offered load a < c."""
     blocking = np.ones_like(load)
@@ -167,7 +186,9 @@ def batch_fixed_point(
 # --- prefill ----------------------------------------------------------------------------------------------
 
 
-def batch_wait(rate, curves, batch, n, grid, share=1.0, full_mean=None) -> tuple[np.ndarray, np.ndarray]:
+def batch_wait(
+    rate, curves, batch, n, grid, share=1.0, full_mean=None, servers=None
+) -> tuple[np.ndarray, np.ndarray]:
     """(probability, conditional mean ms) of waiting for the prefill batch in progress, batches of n* forming.
 
     The instance is busy with probability U = rate E[S(n*)] / n* (identically 1 while n* is strictly
@@ -175,9 +196,12 @@ def batch_wait(rate, curves, batch, n, grid, share=1.0, full_mean=None) -> tuple
     residual r_b = E[S^2] / (2 E[S]), stretched by 1 / (1 - rho_b) for the queue that builds only once
     batches are full, rho_b = rate E[S(b)] / b (the load against full-batch capacity). At b = 1 this is
     Pollaczek-Khinchine; with b > 1 it keeps the batching gain that U alone would lose. `full_mean`
-    (E[S(b)], `full_batch_mean`) may be passed in when the same uses are evaluated at many rates."""
+    (E[S(b)], `full_batch_mean`) may be passed in when the same uses are evaluated at many rates.
+
+    `servers` (c >= 1 instances behind join-shortest-queue, each at `rate`): a request waits only when every
+    instance is busy, with the Erlang C probability C(c, c U) in place of U (`pooled_wait_prob`)."""
     mean, residual = moments(grid)
-    busy = np.clip(rate * mean / (1e3 * n), 0.0, 1.0)
+    busy = pooled_wait_prob(np.clip(rate * mean / (1e3 * n), 0.0, 1.0), servers)
     full_mean = full_batch_mean(curves, batch) if full_mean is None else full_mean
     rho_b = rate * full_mean / (1e3 * batch)
     wait = share * residual / np.maximum(1.0 - rho_b, 1e-9)
@@ -189,18 +213,19 @@ def full_batch_mean(curves, batch) -> np.ndarray:
     return moments(service_grid(curves.at("ttft", batch)))[0]
 
 
-def prefill_tail(rate, curves, batch, limit_ms, kv=None, share=1.0, full_mean=None):
+def prefill_tail(rate, curves, batch, limit_ms, kv=None, share=1.0, full_mean=None, servers=None):
     """P(TTFT > limit) for one prefill instance at `rate` requests/s (batch-as-job M/G/1), with the KV
     queueing wait `kv` = (probability, conditional mean) added where the KV cache moves."""
-    return prefill_tail_at(prefill_state(rate, curves, batch, share, full_mean), limit_ms, kv)
+    state = prefill_state(rate, curves, batch, share, full_mean, servers)
+    return prefill_tail_at(state, limit_ms, kv)
 
 
-def prefill_state(rate, curves, batch, share=1.0, full_mean=None) -> tuple:
+def prefill_state(rate, curves, batch, share=1.0, full_mean=None, servers=None) -> tuple:
     """What the TTFT tail of a prefill instance at `rate` needs and the limit does not change: the service
     grid at the batch occupancy n* and the (probability, conditional mean) of the wait for a batch."""
     n = batch_fixed_point(rate, curves, batch, np.zeros_like(rate))
     grid = service_grid(curves.at("ttft", n))
-    return (grid, *batch_wait(rate, curves, batch, n, grid, share, full_mean))
+    return (grid, *batch_wait(rate, curves, batch, n, grid, share, full_mean, servers))
 
 
 def prefill_tail_at(state: tuple, limit_ms, kv=None) -> np.ndarray:
@@ -211,13 +236,15 @@ def prefill_tail_at(state: tuple, limit_ms, kv=None) -> np.ndarray:
     return np.where(np.isfinite(wait), prob, 1.0)
 
 
-def prefill_admissible(curves, batch, limit_ms, epsilon, full_rate, kv=None, share=1.0, levels=None):
+def prefill_admissible(
+    curves, batch, limit_ms, epsilon, full_rate, kv=None, share=1.0, levels=None, servers=None
+):
     """Largest per-instance rate (requests/s) keeping P(TTFT > limit) <= epsilon (on the grid k / levels
     of full_rate when `levels` is given)."""
     full_mean = full_batch_mean(curves, batch)
 
     def ok(rate):
-        return prefill_tail(rate, curves, batch, limit_ms, kv, share, full_mean) <= epsilon
+        return prefill_tail(rate, curves, batch, limit_ms, kv, share, full_mean, servers) <= epsilon
 
     return bisect_rate(ok, full_rate, levels)
 
@@ -225,11 +252,13 @@ def prefill_admissible(curves, batch, limit_ms, epsilon, full_rate, kv=None, sha
 # --- decode -----------------------------------------------------------------------------------------------
 
 
-def decode_tail(rate, tbt_grid, hold_ms, slots, steps, limit_ms, share=1.0):
-    """P(TPOT > limit) for one decode instance: TPOT = TBT + W / steps, W the M/M/b slot wait."""
+def decode_tail(rate, tbt_grid, hold_ms, slots, steps, limit_ms, share=1.0, servers=None):
+    """P(TPOT > limit) for one decode instance: TPOT = TBT + W / steps, W the M/M/b slot wait (with
+    `servers` = c instances behind join-shortest-queue: waiting with the probability of c b slots all
+    held, `slot_wait_prob`, and then the single instance's conditional wait)."""
     load = rate * hold_ms / 1e3
     ok = load < slots
-    c = np.where(ok, erlang_c(slots, np.minimum(load, slots - 1e-9)), 1.0)
+    c = np.where(ok, slot_wait_prob(slots, load, servers), 1.0)
     wait_mean = share * hold_ms / np.maximum(slots - load, 1e-9) / steps  # share: longest holder ahead
     return np.where(ok, tail(tbt_grid, limit_ms, c, wait_mean), 1.0)
 
@@ -265,6 +294,8 @@ class UseTable:
     kv_share: np.ndarray
     # NIC utilization cap per use (nic_utilization); None: the M/D/1 mean-wait cap alone
     nic_u: np.ndarray | None = None
+    # instances behind join-shortest-queue in the use's pool (None: one; the MILP plans per instance)
+    servers: np.ndarray | None = None
 
 
 def with_kv_reserve(t: UseTable, curves: Curves) -> UseTable:
@@ -348,7 +379,8 @@ def _prefill_rates(t: UseTable, curves: Curves, levels: int | None) -> np.ndarra
     # the KV cache crosses the two NICs at their caps: those waits join the TTFT tail; a link budget's
     # share of the reserve is taken off the limit
     limit = t.ttft_slo - t.t_kv - np.where(t.t_kv > 0, t.kv_slack_ms / KV_SERVERS, 0.0)
-    return prefill_admissible(curves, t.batch, limit, t.epsilon, t.rate, kv_wait(t), t.share, levels)
+    kv = kv_wait(t)
+    return prefill_admissible(curves, t.batch, limit, t.epsilon, t.rate, kv, t.share, levels, t.servers)
 
 
 def _decode_rates(t: UseTable, curves: Curves, levels: int | None) -> np.ndarray:
@@ -359,7 +391,7 @@ def _decode_rates(t: UseTable, curves: Curves, levels: int | None) -> np.ndarray
     slots = t.batch.astype(np.int64)
 
     def ok(rate):
-        return decode_tail(rate, tbt_grid, hold, slots, steps, t.tbt_slo, t.share) <= t.epsilon
+        return decode_tail(rate, tbt_grid, hold, slots, steps, t.tbt_slo, t.share, t.servers) <= t.epsilon
 
     return np.where(t.steps > 0, bisect_rate(ok, t.rate, levels), t.rate)
 
@@ -391,9 +423,9 @@ def _colocated_waits(t: UseTable, curves, rate, grid, n, hold, slots, full_mean=
     over the b slots, each held `hold` ms) and the prefill batch already running (`batch_wait`, as for a
     prefill instance; prefill-first scheduling runs one batch at a time)."""
     load = rate * hold / 1e3
-    slot_prob = erlang_c(slots, np.minimum(load, slots - 1e-9))
+    slot_prob = slot_wait_prob(slots, load, t.servers)
     slot_mean = t.share * hold / np.maximum(slots - load, 1e-9)
-    busy, wait = batch_wait(rate, curves, t.batch, n, grid, t.share, full_mean)
+    busy, wait = batch_wait(rate, curves, t.batch, n, grid, t.share, full_mean, t.servers)
     return slot_prob, slot_mean, busy, np.where(np.isfinite(wait), wait, 1e12)
 
 
@@ -490,7 +522,7 @@ def predict(t: UseTable, curves: Curves, rate: np.ndarray) -> tuple[np.ndarray, 
     pre = t.role == "prefill"
     if pre.any():
         s, c = _subset(t, pre), _subset_curves(curves, pre)
-        kv, state = kv_wait(s), prefill_state(rate[pre], c, s.batch, s.share)
+        kv, state = kv_wait(s), prefill_state(rate[pre], c, s.batch, s.share, servers=s.servers)
         ttft[pre] = bisect_limit(lambda lim: prefill_tail_at(state, lim, kv), s.epsilon, upper[pre])
     dec = (t.role == "decode") & (t.steps > 0)
     if dec.any():
@@ -499,7 +531,7 @@ def predict(t: UseTable, curves: Curves, rate: np.ndarray) -> tuple[np.ndarray, 
         hold = s.steps * moments(grid)[0]
         slots = s.batch.astype(np.int64)
         tbt[dec] = bisect_limit(
-            lambda lim: decode_tail(rate[dec], grid, hold, slots, s.steps, lim, s.share),
+            lambda lim: decode_tail(rate[dec], grid, hold, slots, s.steps, lim, s.share, s.servers),
             s.epsilon,
             20.0 * s.tbt_slo + 1e3,
         )

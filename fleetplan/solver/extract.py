@@ -56,7 +56,10 @@ def solution_from(cand: Candidates, cols: Columns, values: np.ndarray) -> Soluti
     per_instance = pools["tp"].to_numpy(float) * nic * pools["nic_rho"].to_numpy(float)
     nic_need = np.where(np.isfinite(per_instance), _nic_used(cand, flow) / per_instance, 0.0)
     need = np.ceil(np.maximum(used / rho, nic_need) - 1e-6).astype(np.int64)
-    return without_orphan_flows(cand, Solution(np.minimum(x, need), flow, used))
+    instances = np.minimum(x, need)
+    if "pooled" in pools.columns:  # a pooled headroom (solver/pooled.py) holds only with all its instances
+        instances = np.where((need > 0) & (pools["pooled"].to_numpy() > 1), x, instances)
+    return without_orphan_flows(cand, Solution(instances, flow, used))
 
 
 def served_by_class(cand: Candidates, flow: np.ndarray) -> np.ndarray:
@@ -231,7 +234,7 @@ def predicted(cand: Candidates, sol: Solution, uses: pd.DataFrame) -> pd.DataFra
         nothing = np.full(len(uses), np.nan)
         return uses.assign(pred_ttft_ms=nothing, pred_tbt_ms=nothing)
     rate = per_instance[pool] * uses["rate_rps"].to_numpy(float)
-    ttft, tbt = predicted_latency(cand, uses, rate)
+    ttft, tbt = predicted_latency(cand, uses, rate, servers=np.maximum(sol.instances[pool], 1))
     return uses.assign(pred_ttft_ms=ttft, pred_tbt_ms=tbt)
 
 

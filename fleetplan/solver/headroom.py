@@ -6,6 +6,7 @@ shapes as mixes of their shorter classes (mix_groups) and splits each into headr
 `max_utilization`. candidates.py calls it between the flow tiers and the pools.
 """
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -68,9 +69,10 @@ def curve_book(points: pd.DataFrame) -> CurveBook:
     return CurveBook(groups, batches, values["ttft"], values["tbt"])
 
 
-def use_table(uses: pd.DataFrame, classes: pd.DataFrame) -> capacity.UseTable:
+def use_table(uses: pd.DataFrame, classes: pd.DataFrame, queue: list[str] | None = None) -> capacity.UseTable:
     """The capacity model's view of every use. A decode use's transfer is its class's slowest: from the
-    slowest prefill NIC that class may use; its KV reserve is the smallest of its class's prefill uses."""
+    slowest prefill NIC that class may use; its KV reserve is the smallest of its class's prefill uses.
+    `queue`: the columns of the uses that share one FIFO queue (default: the pool shape and mix)."""
     c = classes.loc[uses["w"]].reset_index(drop=True)
     # plan each class at a fraction of its tail probability: the promise is judged on finite windows
     epsilon = capacity.TAIL_MARGIN * (1.0 - c["percentile"].to_numpy(float) / 100.0)
@@ -98,17 +100,17 @@ def use_table(uses: pd.DataFrame, classes: pd.DataFrame) -> capacity.UseTable:
         own_bw=own,
         min_bw=min_bw,
         kv_slack_ms=np.zeros(len(uses)),
-        share=_share(uses, c),
-        kv_share=_kv_share(uses, t_kv),
+        share=_share(uses, c, queue),
+        kv_share=_kv_share(uses, t_kv, queue),
     )
 
 
-def _share(uses: pd.DataFrame, c: pd.DataFrame) -> np.ndarray:
+def _share(uses: pd.DataFrame, c: pd.DataFrame, queue: list[str] | None = None) -> np.ndarray:
     """Per use: the longest service (prefill: TTFT_q) or slot holding time (decode: steps x TBT_q;
-    colocated: TTFT_q + steps x TBT_q) among the classes that may share its pool (its shape and mix), over
-    its own."""
+    colocated: TTFT_q + steps x TBT_q) among the classes that may share its pool (its shape and mix, or
+    `queue`), over its own."""
     own = _holding_ms(uses, c)
-    shape = _shape(uses)
+    shape = queue or _shape(uses)
     longest = uses[shape].assign(own=own).groupby(shape)["own"].transform("max").to_numpy()
     return np.maximum(longest / np.maximum(own, 1e-9), 1.0)
 
@@ -128,10 +130,10 @@ def _shape(uses: pd.DataFrame) -> list[str]:
     return [*shape, "mix"] if "mix" in uses.columns else shape
 
 
-def _kv_share(uses: pd.DataFrame, t_kv: np.ndarray) -> np.ndarray:
+def _kv_share(uses: pd.DataFrame, t_kv: np.ndarray, queue: list[str] | None = None) -> np.ndarray:
     """Per use whose KV moves: the longest transfer among the classes that may share its pool shape (and so
-    its NIC, a FIFO server), over its own. A short prompt's transfer waits behind a long one's."""
-    shape = _shape(uses)
+    its NIC, a FIFO server; or `queue`), over its own. A short prompt's transfer waits behind a long one's."""
+    shape = queue or _shape(uses)
     longest = uses[shape].assign(t=t_kv).groupby(shape)["t"].transform("max").to_numpy()
     return np.where(t_kv > 0, np.maximum(longest / np.maximum(t_kv, 1e-9), 1.0), 1.0)
 
@@ -149,13 +151,14 @@ def headroom_levels(
     options = request.options
     if options.capacity_model == "flat":
         rho = flat_headroom(options)
-        # v1: NIC rows not derated, one mix per shape
-        return uses.assign(rho=rho, nic_rho=1.0, kv_slack_ms=0.0, nic_u=0.0, mix=0)
+        # v1: NIC rows not derated, one mix per shape, each prefill use at the last KV tier it reaches
+        uses = useful_kv_levels(uses.assign(use_rho=rho, mix=0)).drop(columns="use_rho")
+        return uses.assign(rho=rho, nic_rho=1.0, kv_slack_ms=0.0, nic_u=0.0)
     uses = mix_groups(uses, classes)
     uses = admissible_loads(uses, classes, book, options)
     # once more over the uses that remain: a class that can never use a pool shape (its SLO is out of
     # reach there) no longer lengthens the FIFO waits (share, kv_share) of those that can
-    uses = useful_mixes(admissible_loads(uses, classes, book, options))
+    uses = useful_kv_levels(useful_mixes(admissible_loads(uses, classes, book, options)))
     base = ["owner", "role", "device", "tp", "batch", "mix"]
     levels = uses[[*base, "use_rho"]].drop_duplicates().rename(columns={"use_rho": "rho"})
     expanded = uses.merge(levels, on=base)
@@ -170,6 +173,7 @@ def headroom_levels(
 MAX_MIXES = 3
 MIX_RATIO = 1.25
 MIX_GAIN = 1.5  # useful_mixes
+KV_LEVEL_GAIN = 1.5  # useful_kv_levels
 
 
 def mix_groups(uses: pd.DataFrame, classes: pd.DataFrame) -> pd.DataFrame:
@@ -222,6 +226,24 @@ def useful_mixes(uses: pd.DataFrame) -> pd.DataFrame:
     return uses[keep].reset_index(drop=True)
 
 
+def useful_kv_levels(uses: pd.DataFrame) -> pd.DataFrame:
+    """Keep a prefill use at KV level j (it sends only to decode tiers 0..j, so its slowest transfer is
+    tier j's) only where it is admitted at KV_LEVEL_GAIN times the load of every higher level of the same
+    (class, pool shape, mix, key), and always the highest level. A lower level that gains less is not
+    worth its columns: the higher one reaches more decode pools, and every new headroom it brings is one
+    more near-twin pool for the MILP (on paper.json, keeping every gain took the goodput MIP past 10 s)."""
+    group = ["owner", "role", "device", "tp", "batch", "mix", "w", "key"]
+    uses = uses.reset_index(drop=True)
+    prefill = uses["role"].to_numpy() == "prefill"
+    ranked = uses[prefill].sort_values("level", ascending=False, kind="stable")
+    running = ranked.assign(best=ranked.groupby(group)["use_rho"].cummax())
+    above = running.groupby(group)["best"].shift(1).to_numpy(float)
+    keep = np.ones(len(uses), dtype=bool)
+    best_above = np.nan_to_num(above, nan=-1.0)
+    keep[ranked.index.to_numpy()] = ranked["use_rho"].to_numpy() >= KV_LEVEL_GAIN * best_above + 1e-9
+    return uses[keep].reset_index(drop=True)
+
+
 def _cuts(frame: pd.DataFrame, shape: list[str]) -> pd.DataFrame:
     """Per shape, the values below a jump of at least MIX_RATIO to the next larger value (`jump`: ratio)."""
     ladder = frame[frame["value"] > 0].drop_duplicates().sort_values([*shape, "value"], kind="stable")
@@ -245,3 +267,25 @@ def admissible_loads(
     rho = np.floor(rho / LEVEL_STEP + 1e-9) * LEVEL_STEP
     uses = uses.assign(kv_slack_ms=t.kv_slack_ms, nic_u=t.nic_u, use_rho=rho, nic_rho=nic)
     return uses[(rho >= capacity.RHO_MIN) & usable].reset_index(drop=True)
+
+
+def pooled_rho(
+    uses: pd.DataFrame, classes: pd.DataFrame, book: "CurveBook", options: Options, servers: np.ndarray
+) -> np.ndarray:
+    """The admissible utilization of each use (on the LEVEL_STEP grid, capped by max_utilization) when its
+    pool runs `servers` instances behind join-shortest-queue and carries exactly the given uses of its
+    `pool` (their FIFO shares are taken within the pool). The NIC caps and KV reserves stay the uses' own
+    (a NIC is one instance's); only the waits for a prefill batch and for a decode slot pool over the
+    instances (capacity.pooled_wait_prob, slot_wait_prob)."""
+    uses = uses.reset_index(drop=True)
+    t = use_table(uses, classes, queue=["pool"])
+    t = dataclasses.replace(
+        t,
+        kv_slack_ms=uses["kv_slack_ms"].to_numpy(float),
+        nic_u=uses["nic_u"].to_numpy(float),
+        servers=np.asarray(servers, dtype=np.int64),
+    )
+    rho = np.clip(capacity.rates(t, book.curves(uses), capacity.LEVELS) / t.rate, 0.0, 1.0)
+    if options.max_utilization is not None:
+        rho = np.minimum(rho, options.max_utilization)
+    return np.floor(rho / LEVEL_STEP + 1e-9) * LEVEL_STEP

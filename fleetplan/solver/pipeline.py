@@ -22,6 +22,7 @@ from fleetplan.solver.deadline import Deadline
 from fleetplan.solver.formulation import Churn, pool_cost, previous_instances
 from fleetplan.solver.memo import per_table
 from fleetplan.solver.optimize import Outcome, optimize
+from fleetplan.solver.pooled import pool_credit
 from fleetplan.solver.verify import verify
 
 _STATUS = {
@@ -99,6 +100,8 @@ def plan(
     _check(deadline, "candidate generation")
     objective = request.options.objective
     outcome, status = _solve(_within(request, deadline), cand)
+    if outcome is not None:
+        cand, outcome = pool_credit(request, cand, outcome)
     _check(deadline, "the solve")
     values = outcome.values if outcome else None
 

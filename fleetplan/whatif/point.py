@@ -35,6 +35,7 @@ from fleetplan.solver.backends import Termination, relative_gap
 from fleetplan.solver.candidates import Candidates, build_candidates, check_profiles_cover, device_table
 from fleetplan.solver.formulation import pool_cost
 from fleetplan.solver.optimize import optimize, optimize_from
+from fleetplan.solver.pooled import pool_credit
 from fleetplan.whatif.grid import one_more, shares_candidates, variant, widened
 
 _STATUS = {
@@ -219,6 +220,9 @@ def solve_request(request: PlanRequest, cand: Candidates, start: np.ndarray | No
             f"time_limit_s={request.options.time_limit_s} at a what-if point; raise the time limit"
         )
         raise SolverFailure(msg, field="base.options.time_limit_s")
+    # the MILP's own vector warm-starts the neighbours (the credited one breaks their capacity rows)
+    milp_values = outcome.values
+    cand, outcome = pool_credit(request, cand, outcome)
     sol = extract.solution_from(cand, outcome.columns, outcome.values)
     devices = extract.devices_out(cand, sol)
     price = {d.name: d.cost_per_hour for d in request.devices}
@@ -235,7 +239,7 @@ def solve_request(request: PlanRequest, cand: Candidates, start: np.ndarray | No
         used={d.name: d.used for d in devices},
         bought={d.name: d.bought for d in devices},
         binding=binding_constraints(request, cand, sol, cost, served),
-        values=outcome.values,
+        values=milp_values,
         ms=0.0,
     )
 

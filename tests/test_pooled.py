@@ -1,0 +1,66 @@
+"""The join-shortest-queue credit of pools of several instances (fleetplan/solver/pooled.py)."""
+
+import numpy as np
+import pytest
+
+from fleetplan import fixtures
+from fleetplan.models.codec import read_request
+from fleetplan.solver import pipeline, pooled
+from fleetplan.solver.candidates import build_candidates
+from fleetplan.solver.headroom import pooled_rho
+from fleetplan.solver.pipeline import plan, resolve_profiles
+
+
+@pytest.fixture(scope="module")
+def scarce():
+    return read_request(fixtures.request_path("scarce_gpus"))
+
+
+def _without_credit(request, monkeypatch):
+    monkeypatch.setattr(pipeline, "pool_credit", lambda request, cand, outcome: (cand, outcome))
+    return plan(request, with_baselines=False)
+
+
+def test_credit_serves_more_on_the_same_hardware(scarce, monkeypatch):
+    credited = plan(scarce, with_baselines=False)
+    assert [s.step for s in credited.solver.stages][-1] == "pooled"
+    milp = _without_credit(scarce, monkeypatch)
+    assert credited.slo_rps > milp.slo_rps + 1e-6
+    # the MILP's hardware: same devices and cost, no pool smaller than the MILP made it
+    assert [d.used for d in credited.devices] == [d.used for d in milp.devices]
+    assert credited.cost_per_hour == pytest.approx(milp.cost_per_hour)
+    # the reported bound is the MILP's, and the pass says what it served in its own record
+    assert credited.solver.stages[-1].objective == pytest.approx(credited.slo_rps, rel=1e-6)
+    # pools report the credited headroom and run within it (plan() ran verify() on every capacity row)
+    milp_headroom = {(p.model, p.role, p.device, p.tp, p.batch, p.group): p.headroom for p in milp.pools}
+    raised = [
+        p
+        for p in credited.pools
+        if p.headroom > milp_headroom.get((p.model, p.role, p.device, p.tp, p.batch, p.group), 1.0)
+    ]
+    assert raised
+    assert all(p.instances >= 2 for p in raised)
+    assert all(p.utilization <= p.headroom + 1e-9 for p in credited.pools)
+
+
+def test_pooled_rho_grows_with_the_instance_count_and_is_the_model_at_one(scarce):
+    cand = build_candidates(scarce, resolve_profiles(scarce))
+    uses = cand.uses.assign(pool=np.arange(len(cand.uses)))  # each use its own queue
+    single = pooled_rho(uses, cand.classes, cand.curves, scarce.options, np.ones(len(uses)))
+    two = pooled_rho(uses, cand.classes, cand.curves, scarce.options, np.full(len(uses), 2))
+    eight = pooled_rho(uses, cand.classes, cand.curves, scarce.options, np.full(len(uses), 8))
+    assert (two >= single - 1e-12).all()
+    assert (eight >= two - 1e-12).all()
+    assert (eight > single + 1e-12).any()
+    # one instance, alone in its queue: at least the MILP's admissible load (its shares were shape-wide)
+    assert (single >= cand.uses["rho"].to_numpy() - 1e-9).all()
+
+
+def test_no_credit_under_the_flat_model_or_other_objectives(scarce):
+    import msgspec
+
+    for options in ({"capacity_model": "flat"}, {"objective": "min_cost"}):
+        request = msgspec.structs.replace(scarce, options=msgspec.structs.replace(scarce.options, **options))
+        cand = build_candidates(request, resolve_profiles(request))
+        outcome, _ = pipeline._solve(request, cand)
+        assert pooled.pool_credit(request, cand, outcome) == (cand, outcome)
