@@ -4,11 +4,15 @@ real server.
 Starts `fleetplan serve --host 127.0.0.1 --port <free port>` as a subprocess, waits for GET /health, sends
 one warm-up POST (not counted: the first request pays lazy imports), then N sequential POSTs with httpx
 (each with a timeout), and reports p50/p90/p99/max client-side latency with a breakdown from the Plan's
-solver.build_ms / solver.solve_ms. For reference it also times GET /health (the HTTP floor) and, in this
-process, solver.plan() on the same request (the pipeline without HTTP, JSON or the worker thread).
-The server is stopped in a finally block.
+solver.build_ms / solver.solve_ms and the answer's `Server-Timing: plan;dur=` (solver.plan's own time in
+the worker): the overhead of the service is the client wall time less that. For reference it also times
+GET /health (the HTTP floor) and, in this process, solver.plan() on the same request (the pipeline without
+HTTP, JSON or the worker). The server is stopped in a finally block.
 
-    python -m bench.http_latency [-n 50] [--timeout 30] [--inprocess 10] [--request PATH]
+`--base DIR` also starts the server of another checkout (e.g. /work/main) and alternates the timed POSTs
+between the two (one to each, in turn), so that both see the same load; its numbers go under "base".
+
+    python -m bench.http_latency [-n 50] [--timeout 30] [--inprocess 10] [--request PATH] [--base DIR]
 
 Writes bench/results/http_latency-<UTC timestamp>.json and bench/results/http_latency-latest.json.
 """
@@ -32,6 +36,7 @@ from typing import IO
 import httpx
 
 from bench.record import git_info, git_line, machine_info, machine_line, write_results
+from bench.server import cpu_ms
 from bench.solver_scaling import shown, table
 from fleetplan import fixtures
 
@@ -79,15 +84,6 @@ def stats(values: list[float]) -> dict:
     }
 
 
-def cpu_ms(pid: int) -> float | None:
-    """utime + stime of a process (all its threads), from /proc; None where there is no /proc."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return None
-    return (int(fields[11]) + int(fields[12])) * 1e3 / os.sysconf("SC_CLK_TCK")
-
-
 def wait_healthy(client: httpx.Client, base: str, proc: subprocess.Popen, deadline_s: float) -> float:
     began = time.perf_counter()
     while time.perf_counter() - began < deadline_s:
@@ -127,6 +123,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--inprocess", type=int, default=10, help="in-process solver.plan() runs (0: skip)")
     parser.add_argument("--request", type=Path, default=fixtures.request_path("paper"))
     parser.add_argument("--out", type=Path, default=RESULTS, help="results directory")
+    parser.add_argument("--base", type=Path, help="another checkout whose server is timed alternately")
     return parser.parse_args(argv)
 
 
@@ -140,6 +137,7 @@ class Measurements:
     latencies: list[float] = field(default_factory=list)  # client wall time of each answered POST /plan
     build: list[float] = field(default_factory=list)  # the Plans' solver.build_ms
     solve: list[float] = field(default_factory=list)  # the Plans' solver.solve_ms
+    plan: list[float] = field(default_factory=list)  # Server-Timing plan;dur: solver.plan in the worker
     errors: list[str] = field(default_factory=list)
     statuses: set[str] = field(default_factory=set)
     tie_breaks: set[str | None] = field(default_factory=set)
@@ -169,40 +167,77 @@ def time_health(client: httpx.Client, base: str, count: int, timeout: float) -> 
     return times
 
 
-def time_plans(client: httpx.Client, base: str, body: bytes, n: int, timeout: float, m: Measurements) -> None:
-    """`n` sequential POST /plan into `m`: wall time and the Plan's solver times, or the error."""
-    for i in range(n):
-        began = time.perf_counter()
-        try:
-            response = client.post(f"{base}/plan", content=body, timeout=timeout)
-        except httpx.HTTPError as error:
-            m.errors.append(f"request {i}: {type(error).__name__}: {error}")
-            continue
-        elapsed = (time.perf_counter() - began) * 1e3
-        if response.status_code != 200:
-            m.errors.append(f"request {i}: HTTP {response.status_code}: {response.text[:200]}")
-            continue
-        answer = response.json()
-        m.latencies.append(elapsed)
-        m.build.append(answer["solver"]["build_ms"])
-        m.solve.append(answer["solver"]["solve_ms"])
-        m.statuses.add(answer["status"])
-        m.tie_breaks.add(answer["solver"].get("tie_break"))
-        m.response_bytes = len(response.content)
+def server_timing_ms(header: str | None, name: str = "plan") -> float | None:
+    """`dur` of metric `name` in a Server-Timing header ("plan;dur=12.3"); None if absent."""
+    for metric in (header or "").split(","):
+        parts = [p.strip() for p in metric.split(";")]
+        if parts[0] == name:
+            for param in parts[1:]:
+                if param.startswith("dur="):
+                    return float(param[4:])
+    return None
 
 
-def measure(proc: subprocess.Popen, base: str, body: bytes, n: int, args: argparse.Namespace) -> Measurements:
-    """Wait for the server, warm it up, time GET /health, then time `n` POST /plan with its CPU time."""
-    m = Measurements()
+def time_plan(client: httpx.Client, base: str, body: bytes, timeout: float, m: Measurements) -> None:
+    """One POST /plan into `m`: wall time, the Plan's solver times and Server-Timing, or the error."""
+    began = time.perf_counter()
+    try:
+        response = client.post(f"{base}/plan", content=body, timeout=timeout)
+    except httpx.HTTPError as error:
+        m.errors.append(f"request {len(m.latencies) + len(m.errors)}: {type(error).__name__}: {error}")
+        return
+    elapsed = (time.perf_counter() - began) * 1e3
+    if response.status_code != 200:
+        m.errors.append(f"HTTP {response.status_code}: {response.text[:200]}")
+        return
+    answer = response.json()
+    m.latencies.append(elapsed)
+    m.build.append(answer["solver"]["build_ms"])
+    m.solve.append(answer["solver"]["solve_ms"])
+    plan_ms = server_timing_ms(response.headers.get("server-timing"))
+    if plan_ms is not None:
+        m.plan.append(plan_ms)
+    m.statuses.add(answer["status"])
+    m.tie_breaks.add(answer["solver"].get("tie_break"))
+    m.response_bytes = len(response.content)
+
+
+@dataclass
+class Server:
+    """One `fleetplan serve` of a checkout, and what was measured against it."""
+
+    root: Path
+    proc: subprocess.Popen
+    log: IO[bytes]
+    url: str
+    m: Measurements = field(default_factory=Measurements)
+    server_log: str = ""
+
+
+def start_server(root: Path) -> Server:
+    port = free_port()
+    log = tempfile.TemporaryFile()
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": str(root)}
+    proc = subprocess.Popen(server_command(port), cwd=root, stdout=log, stderr=subprocess.STDOUT, env=env)
+    return Server(root, proc, log, f"http://{HOST}:{port}")
+
+
+def measure(servers: list[Server], body: bytes, n: int, args: argparse.Namespace) -> None:
+    """Wait for each server, warm it up, time GET /health, then time `n` POST /plan on each (alternating
+    between servers, each going first in turn) with the servers' CPU time."""
     with httpx.Client(headers={"content-type": "application/json"}) as client:
-        m.startup_ms = wait_healthy(client, base, proc, deadline_s=60.0)
-        print(f"server up on {base} in {m.startup_ms:.0f} ms (pid {proc.pid})", flush=True)
-        m.warmup_ms = warm_up(client, base, body, args.timeout)
-        m.health_ms = time_health(client, base, args.health, args.timeout)
-        m.server_cpu_before = cpu_ms(proc.pid)
-        time_plans(client, base, body, n, args.timeout, m)
-        m.server_cpu_after = cpu_ms(proc.pid)
-    return m
+        for server in servers:
+            m = server.m
+            m.startup_ms = wait_healthy(client, server.url, server.proc, deadline_s=60.0)
+            print(f"server of {server.root} up on {server.url} in {m.startup_ms:.0f} ms", flush=True)
+            m.warmup_ms = warm_up(client, server.url, body, args.timeout)
+            m.health_ms = time_health(client, server.url, args.health, args.timeout)
+            m.server_cpu_before = cpu_ms(server.proc.pid)
+        for i in range(n):
+            for server in servers if i % 2 == 0 else servers[::-1]:
+                time_plan(client, server.url, body, args.timeout, server.m)
+        for server in servers:
+            server.m.server_cpu_after = cpu_ms(server.proc.pid)
 
 
 def stop_server(proc: subprocess.Popen, log: IO[bytes]) -> str:
@@ -226,35 +261,81 @@ def server_cpu_per_request(m: Measurements) -> float | None:
     return (m.server_cpu_after - m.server_cpu_before) / (len(m.latencies) + len(m.errors))
 
 
-def report_text(result: dict, base: str, timeout: float) -> str:
-    """The human summary of a result: the run in words, then the latency table."""
+def summary(m: Measurements) -> dict:
+    """The numbers of one server's run; ms."""
+    other = [t - b - s for t, b, s in zip(m.latencies, m.build, m.solve, strict=True)]
+    overhead = (
+        [t - p for t, p in zip(m.latencies, m.plan, strict=True)] if len(m.plan) == len(m.latencies) else []
+    )
+    return {
+        "ok": len(m.latencies),
+        "errors": m.errors,
+        "statuses": sorted(m.statuses),
+        "tie_breaks": sorted(t or "-" for t in m.tie_breaks),
+        "response_bytes": m.response_bytes if m.latencies else None,
+        "startup_ms": m.startup_ms,
+        "warmup_ms": m.warmup_ms,
+        "latency_ms": stats(m.latencies),
+        "solver_build_ms": stats(m.build),
+        "solver_solve_ms": stats(m.solve),
+        "other_ms": stats(other),
+        "plan_in_worker_ms": stats(m.plan),
+        "overhead_ms": stats(overhead),
+        "health_ms": stats(m.health_ms),
+        "server_cpu_ms_per_request": server_cpu_per_request(m),
+        "raw": {"latency_ms": m.latencies, "build_ms": m.build, "solve_ms": m.solve, "plan_ms": m.plan},
+    }
+
+
+def _rows(label: str, part: dict) -> list[list[str]]:
+    keys = ["p50", "p90", "p99", "max"]
+
+    def row(name: str, numbers: dict) -> list[str]:
+        return [name, *(f"{numbers[k]:.1f}" if numbers.get("n") else "-" for k in keys)]
+
+    return [
+        row(f"{label}POST /plan (client wall)", part["latency_ms"]),
+        row("  solver.build_ms", part["solver_build_ms"]),
+        row("  solver.solve_ms", part["solver_solve_ms"]),
+        row("  rest (wall - build - solve)", part["other_ms"]),
+        row("  plan() in the worker (Server-Timing)", part["plan_in_worker_ms"]),
+        row("  overhead (wall - plan() in the worker)", part["overhead_ms"]),
+        row(f"{label}GET /health (HTTP floor)", part["health_ms"]),
+    ]
+
+
+def report_text(result: dict, timeout: float) -> str:
+    """The human summary of a result: the run in words, then the latency table (and the base's)."""
     keys = ["p50", "p90", "p99", "max"]
     local = result["in_process_plan_ms"]
-    rows = [
-        ["POST /plan (client wall)", *(f"{result['latency_ms'].get(k, 0):.1f}" for k in keys)],
-        ["  solver.build_ms", *(f"{result['solver_build_ms'].get(k, 0):.1f}" for k in keys)],
-        ["  solver.solve_ms", *(f"{result['solver_solve_ms'].get(k, 0):.1f}" for k in keys)],
-        ["  rest (wall - build - solve)", *(f"{result['other_ms'].get(k, 0):.1f}" for k in keys)],
-        ["GET /health (HTTP floor)", *(f"{result['health_ms'].get(k, 0):.1f}" for k in keys)],
-    ]
+    base = result.get("base")
+    rows = _rows("", result)
+    if base:
+        rows += _rows(f"base {base['git']['commit']}: ", base)
     if local.get("n"):
         rows.append(["solver.plan() in-process", *(f"{local[k]:.1f}" for k in keys)])
     load_end = result["loadavg_at_end"]
-    server_cpu = result["server_cpu_ms_per_request"]
+
+    def cpu(part: dict) -> str:
+        value = part["server_cpu_ms_per_request"]
+        return "-" if value is None else f"{value:.1f} ms"
+
     return "\n".join(
         [
             f"HTTP latency  |  {result['utc']}  |  {git_line(result['git'])}",
             f"Machine: {machine_line(result['machine'])}",
-            f"POST {result['request']} ({result['request_bytes']} B) x {result['n']} sequential to {base}, "
+            f"POST {result['request']} ({result['request_bytes']} B) x {result['n']} sequential, "
             f"timeout {timeout:g} s; "
             f"ok {result['ok']}, errors {len(result['errors'])}; "
-            f"status {', '.join(result['statuses']) or '-'}",
+            f"status {', '.join(result['statuses']) or '-'}"
+            + (f"; base {base['root']}: ok {base['ok']}, errors {len(base['errors'])}" if base else ""),
             f"server startup {result['startup_ms']:.0f} ms, "
             f"warm-up request {result['warmup_ms']:.0f} ms (not counted); "
             f"in-process solver.plan() x {local.get('n', 0)}; "
             f"load avg at end {load_end[0] if load_end else '?'}",
             "server CPU per POST (mean, utime+stime of the server process): "
-            + ("-" if server_cpu is None else f"{server_cpu:.1f} ms"),
+            + cpu(result)
+            + (f"; base {cpu(base)}" if base else ""),
             "",
             table(["ms", *keys], rows),
             "",
@@ -269,6 +350,13 @@ def _write(out: Path, stamp: datetime, result: dict) -> None:
     print(f"\nwrote {shown(path)} and http_latency-latest.json")
 
 
+def _base_git(root: Path) -> dict:
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True, check=False
+    )
+    return {"commit": commit.stdout.strip() or None}
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     n = max(1, min(args.requests, MAX_N))
@@ -277,54 +365,48 @@ def main(argv: list[str] | None = None) -> int:
     meta = {"utc": stamp.strftime("%Y-%m-%dT%H:%M:%SZ"), "machine": machine_info(), "git": git_info()}
     print(f"machine: {machine_line(meta['machine'])}", flush=True)
     body = args.request.read_bytes()
-    port = free_port()
-    base = f"http://{HOST}:{port}"
-    log = tempfile.TemporaryFile()
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    proc = subprocess.Popen(server_command(port), cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env=env)
+    servers: list[Server] = []
     try:
-        m = measure(proc, base, body, n, args)
+        for root in [ROOT, *([args.base.resolve()] if args.base else [])]:
+            servers.append(start_server(root))
+        measure(servers, body, n, args)
     finally:
-        server_log = stop_server(proc, log)
+        for server in servers:
+            server.server_log = stop_server(server.proc, server.log)
 
     local = in_process(args.request, args.inprocess) if args.inprocess > 0 else {"n": 0}
-    other = [t - b - s for t, b, s in zip(m.latencies, m.build, m.solve, strict=True)]
     load_end = None
     with contextlib.suppress(OSError, AttributeError):
         load_end = [round(x, 2) for x in os.getloadavg()]
+    mine = servers[0]
     result = {
         **meta,
         "request": str(shown(args.request.resolve())),
         "request_bytes": len(body),
-        "response_bytes": m.response_bytes if m.latencies else None,
         "n": n,
-        "ok": len(m.latencies),
-        "errors": m.errors,
-        "statuses": sorted(m.statuses),
-        "tie_breaks": sorted(t or "-" for t in m.tie_breaks),
-        "startup_ms": m.startup_ms,
-        "warmup_ms": m.warmup_ms,
-        "latency_ms": stats(m.latencies),
-        "solver_build_ms": stats(m.build),
-        "solver_solve_ms": stats(m.solve),
-        "other_ms": stats(other),
-        "health_ms": stats(m.health_ms),
+        **summary(mine.m),
         "in_process_plan_ms": local,
-        "server_cpu_ms_per_request": server_cpu_per_request(m),
         "loadavg_at_end": load_end,
         "target_p50_ms": 25.0,
-        "server_log_tail": server_log,
-        "raw": {"latency_ms": m.latencies, "build_ms": m.build, "solve_ms": m.solve},
+        "server_log_tail": mine.server_log,
     }
+    if len(servers) > 1:
+        other = servers[1]
+        result["base"] = {
+            "root": str(other.root),
+            "git": _base_git(other.root),
+            **summary(other.m),
+            "server_log_tail": other.server_log,
+        }
 
-    text = report_text(result, base, args.timeout)
+    text = report_text(result, args.timeout)
     result["table"] = text
     print()
     print(text)
-    if m.errors:
-        print("\nerrors:\n  " + "\n  ".join(m.errors[:10]))
+    if mine.m.errors:
+        print("\nerrors:\n  " + "\n  ".join(mine.m.errors[:10]))
     _write(args.out, stamp, result)
-    return 0 if m.latencies else 1
+    return 0 if mine.m.latencies else 1
 
 
 if __name__ == "__main__":

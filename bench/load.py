@@ -3,7 +3,7 @@ prober. (issue 13, "Load benchmark")
 
 Reports throughput, client-side p50/p99 by outcome, errors (anything but a 200 or a 503 that carries
 Retry-After), 503s, /health p50/p99/max during the load, and the server's resident memory (the server
-process, and its whole tree: fork server and solve children) sampled every 0.5 s.
+process, and its whole tree: fork server and warm solve workers) sampled every 0.5 s.
 
 Goals: 0 errors other than 503-with-Retry-After; /health p99 <= 50 ms; RSS bounded (no growth with time).
 

@@ -40,10 +40,18 @@ class Server:
         """Every live process under the server (its fork server, the solve children)."""
         return descendants(self.proc.pid)
 
-    def solving(self) -> list[int]:
-        """Processes two levels down: the fork server's children, i.e. solves still running."""
+    def workers(self) -> list[int]:
+        """Processes two levels down: the fork server's children, i.e. the solve workers, busy or idle."""
         children = _children_map()
         return [grand for child in children.get(self.proc.pid, []) for grand in children.get(child, [])]
+
+    def solving(self, window_s: float = 0.2) -> list[int]:
+        """The workers still working: those whose CPU time grows over `window_s` (an idle worker sleeps on
+        its pipe; a solve is CPU-bound)."""
+        before = {pid: cpu_ms(pid) for pid in self.workers()}
+        time.sleep(window_s)
+        after = {pid: cpu_ms(pid) for pid in before}
+        return [pid for pid, t in before.items() if t is not None and (after[pid] or 0.0) > t]
 
     def rss_kib(self) -> int:
         """Resident memory of the server process itself (KiB)."""
@@ -63,6 +71,24 @@ def _children_map() -> dict[int, list[int]]:
             continue
         children.setdefault(int(fields[1]), []).append(int(entry.name))
     return children
+
+
+def cpu_ms(pid: int) -> float | None:
+    """utime + stime of a process (all its threads), from /proc; None where there is no such process."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) * 1e3 / os.sysconf("SC_CLK_TCK")
+
+
+def alive(pid: int) -> bool:
+    """The process exists and is not a zombie."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
 
 
 def descendants(pid: int) -> list[int]:

@@ -11,6 +11,7 @@ import json
 import os
 import time
 from collections.abc import Callable, Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -369,9 +370,23 @@ def test_locate_non_finite() -> None:
 # --- failures inside the planner -------------------------------------------------------------------------
 
 
+def _hang_writing_pid(pid_file: Path, request: object, store: object, deadline: object) -> None:
+    pid_file.write_text(str(os.getpid()))
+    time.sleep(60)
+
+
+def _explode(request: object, store: object, deadline: object) -> None:
+    raise RuntimeError("secret internals")
+
+
+def _broken(request: object, store: object, deadline: object) -> None:
+    raise PlanVerificationError("device 'gpu' used 3 > 2 available", field="devices[0].count")
+
+
 @pytest.fixture
 def forking_client(store_root: Path) -> Iterator[TestClient]:
-    """Solves fork from the test process, so a monkeypatched workers.plan_in_child runs in the child."""
+    """Workers fork from the test process: a workers.plan_in_child monkeypatched with a module-level
+    function (jobs travel pickled, functions by name) runs in the worker."""
     pool = SolvePool(slots=1, queue=1, context=cli_context)
     with TestClient(app=create_app(ProfileStore([store_root]), pool=pool)) as test_client:
         yield test_client
@@ -384,12 +399,7 @@ def test_solve_past_the_deadline_is_503_and_its_process_is_killed(
     tmp_path: Path,
 ) -> None:
     pid_file = tmp_path / "child.pid"
-
-    def hang(request: object, store: object, deadline: object) -> None:
-        pid_file.write_text(str(os.getpid()))
-        time.sleep(60)
-
-    monkeypatch.setattr(fleetplan.api.workers, "plan_in_child", hang)
+    monkeypatch.setattr(fleetplan.api.workers, "plan_in_child", partial(_hang_writing_pid, pid_file))
     body = inline_request()
     body["options"] = {"time_limit_s": 2}
     started = time.perf_counter()
@@ -410,20 +420,14 @@ def test_solve_past_the_deadline_is_503_and_its_process_is_killed(
 def test_unexpected_error_is_a_generic_500(
     forking_client: TestClient, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    def explode(request: object, store: object, deadline: object) -> None:
-        raise RuntimeError("secret internals")
-
-    monkeypatch.setattr(fleetplan.api.workers, "plan_in_child", explode)
+    monkeypatch.setattr(fleetplan.api.workers, "plan_in_child", _explode)
     problem = assert_problem(post(forking_client, inline_request()), 500)
     assert "secret" not in json.dumps(problem)
     assert "secret internals" in caplog.text  # logged
 
 
 def test_plan_verification_error_is_500(forking_client: TestClient, monkeypatch: pytest.MonkeyPatch) -> None:
-    def broken(request: object, store: object, deadline: object) -> None:
-        raise PlanVerificationError("device 'gpu' used 3 > 2 available", field="devices[0].count")
-
-    monkeypatch.setattr(fleetplan.api.workers, "plan_in_child", broken)
+    monkeypatch.setattr(fleetplan.api.workers, "plan_in_child", _broken)
     problem = assert_problem(post(forking_client, inline_request()), 500, "devices[0].count")
     assert problem["type"].endswith("plan-verification-failed")
 

@@ -1,10 +1,11 @@
 """The HTTP service: `create_app()` wires the routes, the error mapping and the profile store.
 
 POST /plan decodes the body with models.codec (the one decoding door, the same as the CLI's and the
-fixtures'), runs solver.plan in a worker thread under a deadline, and answers the Plan. The body is
-declared as `data: PlanRequest` so that the OpenAPI document shows the contract; `CodecBody` is the
-Litestar DTO that makes that declaration decode through models.codec instead of Litestar's own
-conversion, which is lax (it takes "4" for an int) and reports every error at the key "data".
+fixtures'), runs solver.plan in a warm worker process under a deadline (fleetplan/api/workers.py), and
+answers the Plan. The body is declared as `data: PlanRequest` so that the OpenAPI document shows the
+contract; `CodecBody` is the Litestar DTO that makes that declaration decode through models.codec instead
+of Litestar's own conversion, which is lax (it takes "4" for an int) and reports every error at the key
+"data".
 """
 
 import time
@@ -34,7 +35,7 @@ from fleetplan.api.openapi import ContractJson
 from fleetplan.api.schemas import Health, Problem, ProfileSetSummary
 from fleetplan.api.service import check_plan_limits, check_upload_limits, upload_profile_set
 from fleetplan.api.settings import Settings, load_settings
-from fleetplan.api.workers import SolvePool, server_context
+from fleetplan.api.workers import Solved, SolvePool, server_context
 from fleetplan.models.codec import convert, decode, decode_request
 from fleetplan.models.errors import ClientGone, DeadlineExceeded, ServerBusy
 from fleetplan.models.plan import Plan, PlanRequest
@@ -137,18 +138,22 @@ def _problems(*statuses: int) -> dict[int, ResponseSpec]:
 )
 async def post_plan(
     data: Annotated[PlanRequest, Body(media_type=RequestEncodingType.JSON)], request: Request, state: State
-) -> Plan:
+) -> Response[Plan]:
+    """The Plan; its `Server-Timing: plan;dur=<ms>` header is the time solver.plan took in the worker (the
+    rest of the client's wall time is HTTP, decoding, the worker's pipe and encoding)."""
     arrived = request.scope.get("state", {}).get(ARRIVED_KEY) or time.monotonic()
     check_plan_limits(data, state.settings)
-    return await plan_until(state, data, arrived + data.options.time_limit_s - SEND_RESERVE_S, request)
+    at = arrived + data.options.time_limit_s - SEND_RESERVE_S
+    plan, work_s = await plan_until(state, data, at, request)
+    return Response(plan, headers={"Server-Timing": f"plan;dur={work_s * 1e3:.3f}"})
 
 
-async def plan_until(state: State, data: PlanRequest, at: float, request: Request) -> Plan:
-    """state.solves.run, cancelled (its child killed) if the client disconnects first; counted."""
+async def plan_until(state: State, data: PlanRequest, at: float, request: Request) -> Solved:
+    """state.solves.run, cancelled (its worker killed) if the client disconnects first; counted."""
     metrics: Metrics = state.metrics
     began = time.monotonic()
     try:
-        plan: Plan | None = await until_disconnect(request, lambda: state.solves.run(data, state.store, at))
+        solved = await until_disconnect(request, lambda: state.solves.run(data, state.store, at))
     except ServerBusy:
         metrics.rejected.inc()
         raise
@@ -157,14 +162,15 @@ async def plan_until(state: State, data: PlanRequest, at: float, request: Reques
         metrics.outcomes.labels("timeout" if isinstance(error, DeadlineExceeded) else "error").inc()
         raise
     metrics.solve_seconds.observe(time.monotonic() - began)
-    if plan is None:
+    if solved is None:
         metrics.outcomes.labels("disconnected").inc()
         raise ClientGone("the client disconnected; its solve was stopped")
+    plan: Plan = solved.result
     metrics.outcomes.labels("plan").inc()
     metrics.status.labels(plan.status).inc()
     if plan.mip_gap is not None:
         metrics.gap.observe(plan.mip_gap)
-    return plan
+    return solved
 
 
 async def until_disconnect(request: Request, work: Callable[[], Awaitable[T]]) -> T | None:

@@ -1,28 +1,44 @@
-"""Solves in worker processes that can be stopped: the bound behind `options.time_limit_s`.
+"""Solves in warm worker processes that can be stopped: the bound behind `options.time_limit_s`.
 
-A thread running HiGHS or a pandas merge cannot be interrupted, so a solve runs in a child process of its
-own: `solver.plan` gets the request's deadline (checked between stages, and capping the solver's time
-limit), and the parent kills the child when the deadline passes, when the client disconnects, or when the
-server shuts down. Nothing of a request runs after its answer.
+A thread running HiGHS or a pandas merge cannot be interrupted, so a solve runs in a worker process:
+`solver.plan` gets the request's deadline (checked between stages, and capping the solver's time limit),
+and the parent kills the worker when the deadline passes, when the client disconnects, or when the server
+shuts down. Nothing of a request runs after its answer: a worker either has answered (and waits, idle, on
+its pipe) or is killed before the request is answered.
 
-The HTTP service starts children from a fork server that has the solver imported (a child starts in
-milliseconds, and never inherits the event loop's threads); the CLI, single-threaded, forks directly.
+Workers are persistent. `SolvePool` keeps up to `slots` of them idle, started from a fork server that has
+the solver imported and warmed (fleetplan/api/warmup.py plans one small request there), so a request pays
+only for its job pickled down a pipe and its answer pickled back (about a millisecond for the paper
+request), not for a process start. A worker lives as long as it answers: one that is killed (deadline,
+client gone), crashes (exits without an answer, or its work raises an unexpected error: a 500, logged) or
+holds more than `max_worker_rss_mib` of memory after a job is stopped and reaped before the answer, and a
+fresh one is started in the background for the next request. A worker also exits when its pipe closes or
+its parent (the server, or the fork server) goes away. The CLI, single-threaded, forks one worker per
+command (`solve_blocking`).
 
-`SolvePool` puts a bounded queue in front of a bounded number of running solves. A request that finds the
+Jobs travel pickled: the work is a module-level function, imported by name in the worker (tests replace
+`plan_in_child` by another module-level function, which the workers forked from the test process find).
+
+`SolvePool` puts a bounded queue in front of a bounded number of busy workers. A request that finds the
 queue full, or that could not expect to start before its own deadline, is refused at once with a 503 and
 `Retry-After`; a request that waits spends its own budget, and the solver gets what remains.
 """
 
+import logging
 import math
 import multiprocessing
 import multiprocessing.connection
 import os
+import pickle
 import signal
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from multiprocessing.context import BaseContext
-from typing import TYPE_CHECKING, Any
+from multiprocessing.reduction import ForkingPickler
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import anyio
 import anyio.to_thread
@@ -44,6 +60,15 @@ CHILD_NICENESS = 5
 SEND_MARGIN_S = 0.1
 # a child gets this long after its deadline before it is killed (it has usually ended by then)
 KILL_SLACK_S = 0.0
+# an idle worker checks this often whether its parent is still there
+PARENT_CHECK_S = 1.0
+# jobs up to this size are written to the worker's pipe from the event loop; larger ones from a thread
+INLINE_SEND_BYTES = 32 * 1024
+# SolvePool.max_worker_rss_mib's default (a warm worker holds 85-130 MiB after S plans)
+MAX_WORKER_RSS_MIB = 640.0
+PAGE_BYTES = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+
+log = logging.getLogger("fleetplan.api")
 
 _server_context: BaseContext | None = None
 
@@ -65,15 +90,15 @@ def cli_context() -> BaseContext:
 
 
 def plan_in_child(request: PlanRequest, store: "ProfileStore | None", deadline: "Deadline") -> Plan:
-    """What a child runs: solver.plan, looked up when called (tests replace it, under a fork context, to
-    simulate hangs and bugs)."""
+    """What a worker runs for POST /plan: solver.plan (tests replace it with a module-level function,
+    under a fork context, to simulate hangs and bugs)."""
     from fleetplan import solver  # imported in the child: the CLI's parent never pays for it
 
     return solver.plan(request, store, deadline=deadline)
 
 
 def whatif_in_child(request: "WhatIfRequest", store: "ProfileStore | None", deadline: "Deadline") -> Any:
-    """POST /whatif's sweep in a child (serially there: the child is the unit that is killed at the
+    """POST /whatif's sweep in a worker (serially there: the worker is the unit that is killed at the
     deadline; each point's solve keeps its own time limit)."""
     from fleetplan.whatif import run_whatif
 
@@ -87,8 +112,8 @@ def replan_in_child(
     store: "ProfileStore | None",
     deadline: "Deadline",
 ) -> Any:
-    """POST /fleets/{name}/replan's work in a child, for the run the parent started (so that the parent
-    can mark it failed if it kills the child): its own connection to the store (none crosses a fork)."""
+    """POST /fleets/{name}/replan's work in a worker, for the run the parent started (so that the parent
+    can mark it failed if it kills the worker): its own connection to the store (none crosses a fork)."""
     from fleetplan.replan import replan
     from fleetplan.store import open_repository
 
@@ -96,34 +121,44 @@ def replan_in_child(
     return replan(repository, run.fleet, order, profile_store=store, run=run)
 
 
-def _child(
-    conn: multiprocessing.connection.Connection,
-    work: Callable[..., Any],
-    args: tuple[Any, ...],
-    at: float,
-    budget_s: float,
-) -> None:
-    """The child's whole life: `work(*args, deadline)`, send ("ok", result) or ("error", class, message,
-    field), exit."""
-    from fleetplan.solver.deadline import Deadline
-
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when a child stops
+def _serve(conn: multiprocessing.connection.Connection) -> None:
+    """A worker's whole life: take a job `(work, args, at, budget_s)` from the pipe, answer it, take the
+    next; end when the pipe closes or the process that started it is gone."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when a worker stops
     os.nice(CHILD_NICENESS)  # the event loop (GET /health, admission, answers) goes first
+    parent = os.getppid()  # the server, or the fork server: if it goes, so does this worker
+    while True:
+        while not conn.poll(PARENT_CHECK_S):
+            if os.getppid() != parent:
+                return
+        try:
+            job = conn.recv()
+        except EOFError:
+            return
+        except Exception as error:  # noqa: BLE001 - a job that does not unpickle: a bug, answered as one
+            conn.send(("crash", 0.0, f"the worker could not read its job: {type(error).__name__}: {error}"))
+            continue
+        answer = _perform(*job)
+        try:
+            conn.send(answer)
+        except (TypeError, ValueError, AttributeError, pickle.PicklingError) as error:  # does not pickle
+            conn.send(("crash", answer[1], f"the answer could not be sent: {type(error).__name__}: {error}"))
+
+
+def _perform(work: Callable[..., Any], args: tuple[Any, ...], at: float, budget_s: float) -> tuple[Any, ...]:
+    """`work(*args, deadline)` as the answer to send: ("ok", seconds, result), ("error", seconds, class,
+    message, field) for a PlannerError, ("crash", seconds, text) for anything else (a bug)."""
+    from fleetplan.solver.deadline import Deadline  # the parent never imports the solver package
+
     deadline = Deadline(at - SEND_MARGIN_S, budget_s)
+    began = time.perf_counter()
     try:
-        payload: tuple[Any, ...] = ("ok", work(*args, deadline))
+        result = work(*args, deadline)
     except PlannerError as error:
-        payload = ("error", type(error), error.message, error.field)
+        return ("error", time.perf_counter() - began, type(error), error.message, error.field)
     except Exception as error:  # noqa: BLE001 - a bug: reported to the parent, which logs it as a 500
-        payload = ("crash", f"{type(error).__name__}: {error}")
-    try:
-        conn.send(payload)
-    finally:
-        conn.close()
-
-
-def _noop() -> None:
-    """A child that only proves the fork server is up."""
+        return ("crash", time.perf_counter() - began, f"{type(error).__name__}: {error}")
+    return ("ok", time.perf_counter() - began, result)
 
 
 def _rebuild(cls: type[PlannerError], message: str, field_: str | None) -> PlannerError:
@@ -135,16 +170,23 @@ def _rebuild(cls: type[PlannerError], message: str, field_: str | None) -> Plann
 
 
 class WorkerCrashed(RuntimeError):
-    """A child died without an answer, or raised an unexpected error: a planner bug (500)."""
+    """A worker died without an answer, or its work raised an unexpected error: a planner bug (500)."""
 
 
-def _result(payload: tuple[Any, ...]) -> Any:
-    kind = payload[0]
+class Solved(NamedTuple):
+    """A worker's answer: what the work returned, and how long the work itself took in the worker."""
+
+    result: Any
+    work_s: float
+
+
+def _result(payload: tuple[Any, ...]) -> Solved:
+    kind, work_s = payload[:2]
     if kind == "ok":
-        return payload[1]
+        return Solved(payload[2], work_s)
     if kind == "error":
-        raise _rebuild(*payload[1:])
-    raise WorkerCrashed(payload[1])
+        raise _rebuild(*payload[2:])
+    raise WorkerCrashed(payload[2])
 
 
 def _timed_out(request: PlanRequest) -> DeadlineExceeded:
@@ -156,58 +198,77 @@ def _timed_out(request: PlanRequest) -> DeadlineExceeded:
 
 
 @dataclass(eq=False)
-class Child:
-    """One running child and the parent's end of its pipe."""
+class Worker:
+    """One worker process and the parent's end of its pipe (both ways: jobs out, answers back)."""
 
     process: Any
     conn: multiprocessing.connection.Connection
 
     @classmethod
-    def start(
-        cls, ctx: BaseContext, work: Callable[..., Any], args: tuple[Any, ...], at: float, budget_s: float
-    ) -> "Child":
-        receive, send = ctx.Pipe(duplex=False)
-        process = ctx.Process(target=_child, args=(send, work, args, at, budget_s), daemon=True)  # type: ignore[attr-defined]
+    def start(cls, ctx: BaseContext) -> "Worker":
+        mine, theirs = ctx.Pipe(duplex=True)
+        process = ctx.Process(target=_serve, args=(theirs,), daemon=True)  # type: ignore[attr-defined]
         process.start()
-        send.close()  # the child's end: once it exits, receive sees EOF
-        return cls(process, receive)
+        theirs.close()  # the worker's end: once it exits, `mine` sees EOF
+        return cls(process, mine)
 
-    def stop(self) -> None:
-        """Kill the child (if it still runs) and reap it; idempotent."""
-        if self.process.is_alive():
-            self.process.kill()
-        self.process.join()
-        self.conn.close()
+    def job(self, work: Callable[..., Any], args: tuple[Any, ...], at: float, budget_s: float) -> bytes:
+        """The pickled job (functions travel by module and name: they must be importable)."""
+        return bytes(ForkingPickler.dumps((work, args, at, budget_s)))
 
-    def receive(self) -> Any:
+    def send(self, job: bytes) -> None:
+        try:
+            self.conn.send_bytes(job)
+        except OSError as error:
+            msg = f"the worker process could not take the work ({error})"
+            raise WorkerCrashed(msg) from None
+
+    def receive(self) -> Solved:
+        """The answer to the job sent; raises the work's PlannerError, or WorkerCrashed."""
         try:
             payload = self.conn.recv()
-        except EOFError:
+        except (EOFError, OSError):
+            self.process.join(1.0)  # it is dying: its exit code says how
             code = self.process.exitcode
             msg = f"the worker process exited without an answer (exit code {code})"
             raise WorkerCrashed(msg) from None
         return _result(payload)
 
+    def stop(self) -> None:
+        """Kill the worker (if it still runs) and reap it; idempotent."""
+        if self.process.is_alive():
+            self.process.kill()
+        self.process.join()
+        self.conn.close()
+
+    def rss_bytes(self) -> int | None:
+        """Resident memory, from /proc; None where there is none."""
+        try:
+            resident = int(Path(f"/proc/{self.process.pid}/statm").read_text().split()[1])
+        except (OSError, IndexError, ValueError):
+            return None
+        return resident * PAGE_BYTES
+
 
 def solve_blocking(
     request: PlanRequest, store: "ProfileStore | None", deadline_at: float, ctx: BaseContext | None = None
 ) -> Plan:
-    """Plan in a child process; at `deadline_at` (time.monotonic()) kill it and raise DeadlineExceeded.
-    The CLI's way (it blocks)."""
-    child = Child.start(
-        ctx or cli_context(), plan_in_child, (request, store), deadline_at, request.options.time_limit_s
-    )
+    """Plan in a worker of its own; at `deadline_at` (time.monotonic()) kill it and raise DeadlineExceeded.
+    The CLI's way (it blocks, and plans once)."""
+    worker = Worker.start(ctx or cli_context())
     try:
-        if not child.conn.poll(max(deadline_at + KILL_SLACK_S - time.monotonic(), 0)):
+        worker.send(worker.job(plan_in_child, (request, store), deadline_at, request.options.time_limit_s))
+        if not worker.conn.poll(max(deadline_at + KILL_SLACK_S - time.monotonic(), 0)):
             raise _timed_out(request)
-        return child.receive()  # type: ignore[no-any-return]
+        return worker.receive().result  # type: ignore[no-any-return]
     finally:
-        child.stop()
+        worker.stop()
 
 
 @dataclass
 class SolvePool:
-    """At most `slots` children solving at once and `queue` requests waiting for one (the rest: 503)."""
+    """At most `slots` workers busy at once and `queue` requests waiting for one (the rest: 503); idle
+    workers wait, warm, for the next request."""
 
     slots: int
     queue: int
@@ -219,10 +280,16 @@ class SolvePool:
     mean_solve_s: float = 1.0
     # Retry-After never asks for more (fleetplan/api/server.py keeps idle connections open longer)
     max_retry_after_s: int = 20
+    # a worker holding more resident memory than this after a job is replaced (a large request's arrays
+    # stay in the allocator's arenas); a warm worker holds 85-130 MiB (S), a 5,000-class plan about 1 GiB
+    max_worker_rss_mib: float = MAX_WORKER_RSS_MIB
     _slots: anyio.Semaphore | None = None
-    _children: set[Child] = field(default_factory=set)
+    _children: set[Worker] = field(default_factory=set)  # workers doing a request's work now
+    _idle: list[Worker] = field(default_factory=list)  # warm workers waiting for work
+    _lock: threading.Lock = field(default_factory=threading.Lock)  # _idle and closed, across threads
     _waiters: set[anyio.CancelScope] = field(default_factory=set)
     closed: bool = False
+    replaced: int = 0  # workers started to replace one killed, crashed or grown too large
 
     def _semaphore(self) -> anyio.Semaphore:
         if self._slots is None:  # made in the running event loop
@@ -265,24 +332,27 @@ class SolvePool:
         retry = self.retry_after_s()
         raise ServerBusy(f"{why}; retry after {retry} s", retry_after_s=retry)
 
-    async def run(self, request: PlanRequest, store: "ProfileStore | None", deadline_at: float) -> Plan:
-        """Plan `request` in a child by `deadline_at`; cancelling the caller (client gone, shutdown) kills
-        the child."""
+    async def run(self, request: PlanRequest, store: "ProfileStore | None", deadline_at: float) -> Solved:
+        """Plan `request` in a worker by `deadline_at`; cancelling the caller (client gone, shutdown) kills
+        the worker. The Plan, and the seconds plan() took in the worker."""
         budget, timed_out = request.options.time_limit_s, _timed_out(request)
-        plan: Plan = await self.call(plan_in_child, (request, store), deadline_at, budget, timed_out)
-        return plan
+        return await self.solve(plan_in_child, (request, store), deadline_at, budget, timed_out)
 
-    async def call(
+    async def call(self, *job: Any) -> Any:
+        """What `solve(*job)` answers, without its time."""
+        return (await self.solve(*job)).result
+
+    async def solve(
         self,
         work: Callable[..., Any],
         args: tuple[Any, ...],
         deadline_at: float,
         budget_s: float,
         timed_out: PlannerError,
-    ) -> Any:
-        """`work(*args, deadline)` in a child holding one of the slots, by `deadline_at` (then the child is
-        killed and `timed_out` raised); cancelling the caller (client gone, shutdown) kills the child.
-        `work` must be importable by name (module level) for the fork server to find it."""
+    ) -> Solved:
+        """`work(*args, deadline)` in a worker holding one of the slots, by `deadline_at` (then the worker is
+        killed and `timed_out` raised); cancelling the caller (client gone, shutdown) kills the worker.
+        `work` (and `args`) travel pickled: a module-level function, which the worker imports by name."""
         self.admit(budget_s, deadline_at)
         slots = self._semaphore()
         self.waiting += 1
@@ -302,41 +372,97 @@ class SolvePool:
         self.running += 1
         began = time.monotonic()
         try:
-            return await self._solve(Child.start, (work, args, deadline_at, budget_s), deadline_at, timed_out)
+            return await self._solve((work, args, deadline_at, budget_s), deadline_at, timed_out)
         finally:
             self.running -= 1
             slots.release()
             self.mean_solve_s = 0.8 * self.mean_solve_s + 0.2 * (time.monotonic() - began)
 
-    async def _solve(
-        self,
-        start: Callable[..., Child],
-        start_args: tuple[Any, ...],
-        deadline_at: float,
-        timed_out: PlannerError,
-    ) -> Any:
-        child = await anyio.to_thread.run_sync(start, self.context(), *start_args)
-        self._children.add(child)
+    async def _solve(self, job: tuple[Any, ...], deadline_at: float, timed_out: PlannerError) -> Solved:
+        """One job on a warm worker; the worker goes back to the idle ones if it answered, and is killed
+        (and replaced in the background) if it did not: at the deadline, on cancellation, on a crash."""
+        worker = await self._take()
+        self._children.add(worker)
+        answered = False
         try:
+            await self._send(worker, worker.job(*job))
             with anyio.move_on_at(deadline_at + KILL_SLACK_S):
-                await anyio.wait_readable(child.conn.fileno())
+                await anyio.wait_readable(worker.conn.fileno())
                 try:
-                    return await anyio.to_thread.run_sync(child.receive)
+                    solved = await anyio.to_thread.run_sync(worker.receive)
+                except PlannerError:
+                    answered = True
+                    raise
                 except WorkerCrashed:
                     if self.closed:  # killed by the shutdown, not a bug
                         self._reject("the server shut down before the work was done")
                     raise
+                answered = True
+                return solved
             raise timed_out
         finally:
-            self._children.discard(child)
+            self._children.discard(worker)
             with anyio.CancelScope(shield=True):
-                await anyio.to_thread.run_sync(child.stop)
+                await self._release(worker, answered)
+
+    async def _send(self, worker: Worker, job: bytes) -> None:
+        """A small job is written at once (an idle worker's socket buffer is empty and far larger); a large
+        one from a thread, which the worker's reading unblocks."""
+        if len(job) <= INLINE_SEND_BYTES:
+            worker.send(job)
+        else:
+            await anyio.to_thread.run_sync(worker.send, job)
+
+    async def _take(self) -> Worker:
+        """An idle warm worker, or (none idle: the replacements are still starting) a new one now. Shielded:
+        a worker started is always handed to the caller, which releases it."""
+        with anyio.CancelScope(shield=True):
+            while True:
+                with self._lock:
+                    worker = self._idle.pop() if self._idle else None
+                if worker is None:
+                    return await anyio.to_thread.run_sync(Worker.start, self.context())
+                if worker.process.is_alive():
+                    return worker
+                await anyio.to_thread.run_sync(worker.stop)  # died while idle (e.g. the OOM killer)
+                self._replace()
+
+    async def _release(self, worker: Worker, answered: bool) -> None:
+        """Back to the idle workers if it answered and is not too large; else kill it, replace it."""
+        rss = worker.rss_bytes() if answered else None
+        if answered and (rss is None or rss <= self.max_worker_rss_mib * 2**20) and self._park(worker):
+            return
+        await anyio.to_thread.run_sync(worker.stop)
+        self._replace()
+
+    def _park(self, worker: Worker) -> bool:
+        """Keep `worker` idle (False: the pool is closed or has enough idle workers; the caller stops it)."""
+        with self._lock:
+            if self.closed or len(self._idle) >= self.slots:
+                return False
+            self._idle.append(worker)
+            return True
+
+    def _replace(self) -> None:
+        """Start a worker in the background (a thread), so that no request waits for its start."""
+        if not self.closed:
+            self.replaced += 1
+            threading.Thread(target=self._start_idle, name="fleetplan-worker-start", daemon=True).start()
+
+    def _start_idle(self) -> None:
+        try:
+            worker = Worker.start(self.context())
+        except Exception:  # a request that finds no idle worker starts one itself
+            log.exception("could not start a solve worker")
+            return
+        if not self._park(worker):
+            worker.stop()
 
     def warm(self) -> None:
-        """Start the fork server (it imports the solver) and one child, so the first request pays nothing."""
-        process = self.context().Process(target=_noop, daemon=True)  # type: ignore[attr-defined]
-        process.start()
-        process.join()
+        """Start the fork server (it imports the solver and plans once) and `slots` idle workers, so the
+        first requests pay nothing."""
+        for _ in range(self.slots - len(self._idle)):
+            self._start_idle()
 
     def drain(self) -> None:
         """Shutdown has begun (call in the event loop): refuse new work, answer every waiting request
@@ -346,15 +472,21 @@ class SolvePool:
             waiting.cancel()
 
     def kill_all(self) -> None:
-        """Shutdown: refuse new work and kill every running child (their requests answer 503)."""
-        self.closed = True
-        for child in list(self._children):
-            if child.process.is_alive():
-                child.process.kill()
+        """Shutdown: refuse new work, kill every worker; running solves end now (their requests answer
+        503, and their tasks reap their workers)."""
+        with self._lock:
+            self.closed = True
+            idle, self._idle = self._idle, []
+        for worker in idle:
+            worker.stop()
+        for worker in list(self._children):
+            if worker.process.is_alive():
+                worker.process.kill()
 
 
 __all__ = [
     "SolvePool",
+    "Solved",
     "WorkerCrashed",
     "cli_context",
     "replan_in_child",

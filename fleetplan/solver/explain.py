@@ -6,6 +6,7 @@ import pandas as pd
 
 from fleetplan.models.plan import DeviceUse, LinkUse, PlanRequest, PoolRef, WorkloadResult
 from fleetplan.solver.candidates import Candidates
+from fleetplan.solver.memo import per_table
 
 
 def _best(frame: pd.DataFrame, column: str) -> str:
@@ -54,26 +55,50 @@ def no_candidate_reason(cand: Candidates, w: int) -> str:
     )
 
 
-def shortfall_reason(
-    cand: Candidates, w: int, devices: list[DeviceUse], links: list[LinkUse], cost_per_hour: float
+def shortfall_reasons(
+    cand: Candidates, classes: list[int], devices: list[DeviceUse], links: list[LinkUse], cost_per_hour: float
+) -> dict[int, str]:
+    """The resources that bind for each of `classes` (each has candidates but is not fully served)."""
+    if not classes:
+        return {}
+    uses = cand.uses[cand.uses["w"].isin(classes)]
+    min_tp = uses.groupby(["w", "device"])["tp"].min()
+    price = uses["device"].map(cand.devices.set_index("device")["cost_per_hour"]).to_numpy(float)
+    cheapest = pd.Series(price * uses["tp"].to_numpy(), index=uses["w"].to_numpy()).groupby(level=0).min()
+    tps: dict[int, dict[str, int]] = {w: {} for w in classes}
+    for (w, device), tp in min_tp.items():
+        tps[w][device] = int(tp)
+    return {
+        w: _shortfall(cand, tps[w], float(cheapest.get(w, 0.0)), devices, links, cost_per_hour)
+        for w in classes
+    }
+
+
+def _shortfall(
+    cand: Candidates,
+    min_tp: dict[str, int],
+    cheapest: float,
+    devices: list[DeviceUse],
+    links: list[LinkUse],
+    cost_per_hour: float,
 ) -> str:
-    """The resources that bind for a class that has candidates but is not fully served."""
+    """One class's binding resources; `min_tp`: its smallest tp per device it has uses on, `cheapest`: the
+    price of its cheapest instance."""
     request: PlanRequest = cand.request
-    mine = set(cand.uses.loc[cand.uses["w"] == w, "device"])
     rho = cand.link_rho
     binding = []
     capacity = {d.name: d.capacity for d in request.devices}  # owned plus purchasable
     full = [
         f"{d.name} {d.used}/{capacity[d.name]}"
         for d in devices
-        if d.name in mine and capacity[d.name] - d.used < _min_tp(cand, w, d.name)
+        if d.name in min_tp and capacity[d.name] - d.used < min_tp[d.name]
     ]
     if full:
         binding.append("device capacity (" + ", ".join(full) + " in use)")
     for link in links:
         share = rho.get((link.source, link.target), 1.0)
         at_cap = link.budget_gbps is not None and link.gbps >= share * link.budget_gbps * (1 - 1e-6)
-        if at_cap and link.source in mine:
+        if at_cap and link.source in min_tp:
             binding.append(
                 f"link {link.source}->{link.target} at {share:.0%} of its {link.budget_gbps:g} Gbit/s budget"
             )
@@ -82,7 +107,7 @@ def shortfall_reason(
         if cross >= rho[None] * request.kv_budget_gbps * (1 - 1e-6):
             binding.append(f"kv_budget_gbps {request.kv_budget_gbps:g} reached (at {rho[None]:.0%} headroom)")
     budget = request.options.budget_per_hour
-    if budget is not None and cost_per_hour >= budget - _cheapest_instance(cand, w):
+    if budget is not None and cost_per_hour >= budget - cheapest:
         binding.append(f"budget_per_hour {budget:g} reached ({cost_per_hour:.2f} in use)")
     if not binding:
         return "capacity went to classes with more weighted goodput per device (or NIC bandwidth binds)"
@@ -107,17 +132,6 @@ def with_sliver(reason: str | None, window_s: float, tail_requests: float) -> st
     return note if reason is None else f"{reason}; {note}"
 
 
-def _min_tp(cand: Candidates, w: int, device: str) -> int:
-    tps = cand.uses.loc[(cand.uses["w"] == w) & (cand.uses["device"] == device), "tp"]
-    return int(tps.min()) if len(tps) else 1
-
-
-def _cheapest_instance(cand: Candidates, w: int) -> float:
-    uses = cand.uses[cand.uses["w"] == w]
-    price = uses["device"].map(cand.devices.set_index("device")["cost_per_hour"]).to_numpy(float)
-    return float(np.min(price * uses["tp"].to_numpy())) if len(uses) else 0.0
-
-
 def interpolation_warnings(request: PlanRequest, results: list[WorkloadResult], table) -> list[str]:
     """One warning per (class, pool side) whose latency the plan uses was interpolated across a gap.
 
@@ -127,10 +141,7 @@ def interpolation_warnings(request: PlanRequest, results: list[WorkloadResult], 
     measured the shape of the curve elsewhere but not here (e.g. rows at 128 and 1024, none at 512, while
     other devices have 512).
     """
-    frame = table.frame
-    by_model = {m: np.sort(g["prompt_tokens"].unique()) for m, g in frame.groupby("model")}
-    group = ["model", "device", "tp", "batch"]
-    by_group = {k: np.sort(g["prompt_tokens"].unique()) for k, g in frame.groupby(group)}
+    by_model, by_group = _profiled_prompts(table)
     workloads = {w.name: w for w in request.workloads}
     warnings: list[str] = []
     seen: set[tuple] = set()
@@ -151,6 +162,16 @@ def interpolation_warnings(request: PlanRequest, results: list[WorkloadResult], 
                 if text is not None:
                     warnings.append(text)
     return warnings
+
+
+@per_table
+def _profiled_prompts(table) -> tuple[dict, dict]:
+    """The sorted profiled prompt lengths per model and per (model, device, tp, batch); kept per table."""
+    frame = table.frame
+    by_model = {m: np.sort(g["prompt_tokens"].unique()) for m, g in frame.groupby("model")}
+    group = ["model", "device", "tp", "batch"]
+    by_group = {k: np.sort(g["prompt_tokens"].unique()) for k, g in frame.groupby(group)}
+    return by_model, by_group
 
 
 def _gap(w, metric: str, ref: PoolRef, profiled, model_prompts: np.ndarray) -> str | None:

@@ -1,5 +1,6 @@
 """Solution vector -> the parts of a Plan: instances, utilization, routes, device and link use."""
 
+from collections import Counter
 from dataclasses import dataclass
 
 import numpy as np
@@ -103,11 +104,9 @@ def without_orphan_flows(cand: Candidates, sol: Solution) -> Solution:
     frame = uses.assign(flow=flow)
     active = frame[(frame["flow"] > 0) & (frame["role"] != "colocated")]
     flow[(uses["role"] != "colocated").to_numpy()] = 0.0
-    for _, group in active.groupby(["w", "key"], sort=True):
-        sources = group[group["role"] == "prefill"].sort_values("level", kind="stable")
-        for p, d, rps in match_kv_flows(sources, group[group["role"] == "decode"]):
-            flow[p] += rps
-            flow[d] += rps
+    for p, d, rps in kv_pairs(active):
+        flow[p] += rps
+        flow[d] += rps
     instances = np.where(np.bincount(pool, weights=flow, minlength=len(cand.pools)) > 0, sol.instances, 0)
     dropped = served_by_class(cand, (sol.flow - flow) * ~sliver_flow)
     dropped = np.where(dropped > 1e-9, dropped, 0.0)
@@ -116,64 +115,113 @@ def without_orphan_flows(cand: Candidates, sol: Solution) -> Solution:
 
 def pool_groups(cand: Candidates, sol: Solution) -> np.ndarray:
     """Per pool: 0, or 1, 2, ... for further headroom levels or mixes of the same (owner, role, device, tp,
-    batch) that the plan runs (highest headroom first); they are separate groups of instances."""
-    pools = cand.pools.assign(on=sol.instances > 0)
-    pools = pools[pools["on"]].sort_values("rho", ascending=False, kind="stable")
-    groups = np.zeros(len(cand.pools), np.int64)
-    groups[pools.index.to_numpy()] = (
-        pools.groupby(["owner", "role", "device", "tp", "batch"]).cumcount().to_numpy()
-    )
+    batch) that the plan runs (highest headroom first, ties in pool order); they are separate groups of
+    instances."""
+    pools = cand.pools
+    groups = np.zeros(len(pools), np.int64)
+    on = np.flatnonzero(sol.instances > 0)
+    on = on[np.argsort(-pools["rho"].to_numpy(float)[on], kind="stable")]
+    chosen = pools.iloc[on]
+    keys = zip(chosen["owner"], chosen["role"], chosen["device"], chosen["tp"], chosen["batch"], strict=True)
+    seen: Counter[tuple] = Counter()
+    for index, key in zip(on, keys, strict=True):
+        groups[index] = seen[key]
+        seen[key] += 1
     return groups
 
 
-def pools_out(cand: Candidates, sol: Solution) -> list[Pool]:
-    pools = cand.pools
-    pooling_by_class = cand.request.options.pooling == "class"
-    groups = pool_groups(cand, sol)
-    out = []
-    for index in np.flatnonzero(sol.instances > 0):
-        row = pools.iloc[index]
-        out.append(
-            Pool(
-                model=row["model"],
-                role=row["role"],
-                device=row["device"],
-                tp=int(row["tp"]),
-                batch=int(row["batch"]),
-                instances=int(sol.instances[index]),
-                utilization=round(float(sol.capacity_used[index] / sol.instances[index]), 6),
-                workload=row["owner"] if pooling_by_class else None,
-                headroom=float(row["rho"]),
-                group=int(groups[index]),
-            )
+def pools_out(cand: Candidates, sol: Solution, groups: np.ndarray | None = None) -> list[Pool]:
+    """The pools the plan runs (`groups`: pool_groups, when the caller has it)."""
+    groups = pool_groups(cand, sol) if groups is None else groups
+    on = np.flatnonzero(sol.instances > 0)
+    pools = cand.pools.iloc[on]
+    owners = pools["owner"] if cand.request.options.pooling == "class" else [None] * len(on)
+    utilization = sol.capacity_used[on] / sol.instances[on]
+    return [
+        Pool(
+            model=model,
+            role=role,
+            device=device,
+            tp=int(tp),
+            batch=int(batch),
+            instances=int(sol.instances[index]),
+            utilization=round(float(used), 6),
+            workload=owner,
+            headroom=float(rho),
+            group=int(groups[index]),
         )
-    return out
+        for index, model, role, device, tp, batch, used, owner, rho in zip(
+            on,
+            pools["model"],
+            pools["role"],
+            pools["device"],
+            pools["tp"].to_numpy(),
+            pools["batch"].to_numpy(),
+            utilization,
+            owners,
+            pools["rho"].to_numpy(float),
+            strict=True,
+        )
+    ]
 
 
-def _ref(row: pd.Series, groups: np.ndarray) -> PoolRef:
-    return PoolRef(
-        device=row["device"], tp=int(row["tp"]), batch=int(row["batch"]), group=int(groups[row["pool"]])
-    )
+def _refs(active: pd.DataFrame, groups: np.ndarray) -> list[PoolRef]:
+    """The pool each row of `active` runs on, as a route names it."""
+    return [
+        PoolRef(device=device, tp=int(tp), batch=int(batch), group=int(groups[pool]))
+        for device, tp, batch, pool in zip(
+            active["device"],
+            active["tp"].to_numpy(),
+            active["batch"].to_numpy(),
+            active["pool"].to_numpy(),
+            strict=True,
+        )
+    ]
 
 
-def match_kv_flows(sources: pd.DataFrame, sinks: pd.DataFrame) -> list[tuple[int, int, float]]:
-    """Split aggregated prefill and decode flows of one (class, key) into (prefill, decode, rps) pairs.
+def match_kv_flows(
+    src_labels: np.ndarray,
+    src_levels: np.ndarray,
+    src_flows: np.ndarray,
+    sink_labels: np.ndarray,
+    sink_tiers: np.ndarray,
+    sink_flows: np.ndarray,
+) -> list[tuple[int, int, float]]:
+    """Split aggregated prefill and decode flows of one (class, key) into (prefill, decode, rps) pairs;
+    sources in the order given (by level), labels are what the pairs name.
 
     Reachable sets are nested (level l reaches tiers 0..l), so serving the most constrained sources first,
     from any sink they reach, never blocks a later source.
     """
-    remaining = sinks["flow"].to_numpy().copy()
-    tiers = sinks["tier"].to_numpy()
+    remaining = np.array(sink_flows, dtype=float)
     pairs = []
-    for s_index, level, amount in zip(sources.index, sources["level"], sources["flow"], strict=True):
-        for k in np.flatnonzero(tiers <= level)[::-1]:
+    for s_index, level, amount in zip(src_labels, src_levels, src_flows, strict=True):
+        for k in np.flatnonzero(sink_tiers <= level)[::-1]:
             if amount <= EPS:
                 break
             take = min(amount, remaining[k])
             if take > EPS:
-                pairs.append((s_index, sinks.index[k], take))
+                pairs.append((s_index, sink_labels[k], take))
                 remaining[k] -= take
                 amount -= take
+    return pairs
+
+
+def kv_pairs(frame: pd.DataFrame) -> list[tuple[int, int, float]]:
+    """(prefill label, decode label, rps) of every KV pairing among the prefill and decode rows of `frame`
+    (with `flow`), per (class, key) in order, each class's sources by level (match_kv_flows)."""
+    if frame.empty:
+        return []
+    labels, role = frame.index.to_numpy(), frame["role"].to_numpy()
+    level, tier = frame["level"].to_numpy(), frame["tier"].to_numpy()
+    flow = frame["flow"].to_numpy(float)
+    groups = frame.groupby(["w", "key"], sort=True).indices
+    pairs = []
+    for key in sorted(groups):
+        at = groups[key]
+        src, dst = at[role[at] == "prefill"], at[role[at] == "decode"]
+        src = src[np.argsort(level[src], kind="stable")]
+        pairs += match_kv_flows(labels[src], level[src], flow[src], labels[dst], tier[dst], flow[dst])
     return pairs
 
 
@@ -190,59 +238,61 @@ def predicted(cand: Candidates, sol: Solution, uses: pd.DataFrame) -> pd.DataFra
     return uses.assign(pred_ttft_ms=ttft, pred_tbt_ms=tbt)
 
 
-def _colocated_route(row: pd.Series, groups: np.ndarray) -> Route:
-    return Route(
-        prefill=None,
-        decode=None,
-        colocated=_ref(row, groups),
-        rps=float(row["flow"]),
-        ttft_ms=_finite(row["pred_ttft_ms"], row["ttft_ms"]),
-        tbt_ms=_finite(row["pred_tbt_ms"], row["tbt_ms"]),
-        kv_gbps=0.0,
-        prefill_ms=float(row["ttft_ms"]),
-        kv_transfer_ms=0.0,
-        step_ms=float(row["tbt_ms"]),
-    )
+def _finite(value: np.ndarray, fallback: np.ndarray) -> np.ndarray:
+    return np.where(np.isfinite(value), value, fallback)
 
 
-def _finite(value: float, fallback: float) -> float:
-    return float(value) if np.isfinite(value) else float(fallback)
-
-
-def routes_out(cand: Candidates, sol: Solution) -> dict[int, list[Route]]:
-    """Routes per class index, with latencies at the class's SLO percentile, waits included."""
+def routes_out(cand: Candidates, sol: Solution, groups: np.ndarray | None = None) -> dict[int, list[Route]]:
+    """Routes per class index, with latencies at the class's SLO percentile, waits included (`groups`:
+    pool_groups, when the caller has it)."""
     uses = cand.uses.assign(flow=sol.flow)
     active = predicted(cand, sol, uses[uses["flow"] > 0])
-    classes = cand.classes
-    groups = pool_groups(cand, sol)
-    routes: dict[int, list[Route]] = {w: [] for w in classes.index}
-    for _, row in active[active["role"] == "colocated"].iterrows():
-        routes[row["w"]].append(_colocated_route(row, groups))
-    disagg = active[active["role"] != "colocated"]
-    for (w, _key), group in disagg.groupby(["w", "key"], sort=True):
-        sources = group[group["role"] == "prefill"].sort_values("level", kind="stable")
-        sinks = group[group["role"] == "decode"]
-        kv = float(classes.at[w, "kv_gbit"])
-        for p, d, rps in match_kv_flows(sources, sinks):
-            src, dst = active.loc[p], active.loc[d]
-            t_kv = float(
-                transfer_ms(np.array([kv]), np.array([src["bw_gbps"]]), np.array([dst["bw_gbps"]]))[0]
+    groups = pool_groups(cand, sol) if groups is None else groups
+    refs = _refs(active, groups)
+    w_of, flow = active["w"].to_numpy(), active["flow"].to_numpy(float)
+    service_ttft, service_tbt = active["ttft_ms"].to_numpy(float), active["tbt_ms"].to_numpy(float)
+    ttft = _finite(active["pred_ttft_ms"].to_numpy(float), service_ttft)
+    tbt = _finite(active["pred_tbt_ms"].to_numpy(float), service_tbt)
+    routes: dict[int, list[Route]] = {w: [] for w in cand.classes.index}
+    colocated = (active["role"] == "colocated").to_numpy()
+    for i in np.flatnonzero(colocated):
+        routes[w_of[i]].append(
+            Route(
+                prefill=None,
+                decode=None,
+                colocated=refs[i],
+                rps=float(flow[i]),
+                ttft_ms=float(ttft[i]),
+                tbt_ms=float(tbt[i]),
+                kv_gbps=0.0,
+                prefill_ms=float(service_ttft[i]),
+                kv_transfer_ms=0.0,
+                step_ms=float(service_tbt[i]),
             )
-            prefill = _finite(src["pred_ttft_ms"], src["ttft_ms"])
-            routes[w].append(
-                Route(
-                    prefill=_ref(src, groups),
-                    decode=_ref(dst, groups),
-                    colocated=None,
-                    rps=float(rps),
-                    ttft_ms=prefill + t_kv,  # prefill's prediction holds its queue and the KV queues
-                    tbt_ms=_finite(dst["pred_tbt_ms"], dst["tbt_ms"]),
-                    kv_gbps=float(rps * kv),
-                    prefill_ms=float(src["ttft_ms"]),
-                    kv_transfer_ms=t_kv,
-                    step_ms=float(dst["tbt_ms"]),
-                )
+        )
+    pairs = kv_pairs(active[~colocated])
+    if not pairs:
+        return routes
+    src_labels, dst_labels, rps = zip(*pairs, strict=True)
+    src, dst = active.index.get_indexer(list(src_labels)), active.index.get_indexer(list(dst_labels))
+    bw = active["bw_gbps"].to_numpy(float)
+    kv = cand.classes["kv_gbit"].reindex(w_of[src]).to_numpy(float)
+    t_kv = transfer_ms(kv, bw[src], bw[dst])
+    for p, d, r, k, t in zip(src, dst, rps, kv, t_kv, strict=True):
+        routes[w_of[p]].append(
+            Route(
+                prefill=refs[p],
+                decode=refs[d],
+                colocated=None,
+                rps=float(r),
+                ttft_ms=float(ttft[p] + t),  # prefill's prediction holds its queue and the KV queues
+                tbt_ms=float(tbt[d]),
+                kv_gbps=float(r * k),
+                prefill_ms=float(service_ttft[p]),
+                kv_transfer_ms=float(t),
+                step_ms=float(service_tbt[d]),
             )
+        )
     return routes
 
 

@@ -10,8 +10,9 @@ import time
 import msgspec
 import numpy as np
 
-from fleetplan.models.errors import SolverFailure
+from fleetplan.models.errors import ProfileMissing, SolverFailure
 from fleetplan.models.plan import Baselines, Plan, PlanRequest, ProfileSetInfo, SolverInfo, WorkloadResult
+from fleetplan.models.workload import Workload
 from fleetplan.profiler.store import ProfileStore
 from fleetplan.profiler.tables import ProfileTable, from_rows
 from fleetplan.solver import baselines, explain, extract
@@ -19,6 +20,7 @@ from fleetplan.solver.backends import Termination, relative_gap
 from fleetplan.solver.candidates import build_candidates, check_profiles_cover
 from fleetplan.solver.deadline import Deadline
 from fleetplan.solver.formulation import Churn, pool_cost, previous_instances
+from fleetplan.solver.memo import per_table
 from fleetplan.solver.optimize import Outcome, optimize
 from fleetplan.solver.pooled import pool_credit
 from fleetplan.solver.verify import verify
@@ -36,6 +38,32 @@ def resolve_profiles(request: PlanRequest, store: ProfileStore | None = None) ->
         return from_rows(request.profiles.rows)
     assert request.profiles.set is not None
     return (store or ProfileStore()).load(request.profiles.set)
+
+
+@per_table
+def _covered(table: ProfileTable) -> set[tuple[str, int]]:
+    """The (model, percentile) pairs `table` was seen to cover; check_cover adds to it (the one mutable
+    value of solver/memo.py's caches)."""
+    return set()
+
+
+def check_cover(request: PlanRequest, table: ProfileTable) -> None:
+    """candidates.check_profiles_cover, on the first class of each (model, percentile) not yet seen
+    covered by this table (its cost grows with classes x rows); on a failure the whole request is checked
+    again, so that the error names the first class at fault."""
+    firsts: dict[tuple[str, int], Workload] = {}
+    for w in request.workloads:
+        firsts.setdefault((w.model, w.slo.percentile), w)
+    covered = _covered(table)
+    unseen = [w for pair, w in firsts.items() if pair not in covered]
+    if not unseen:
+        return
+    try:
+        check_profiles_cover(msgspec.structs.replace(request, workloads=unseen), table)
+    except ProfileMissing:
+        check_profiles_cover(request, table)
+        raise
+    covered.update(firsts)
 
 
 def fleet_warnings(request: PlanRequest, table: ProfileTable) -> list[str]:
@@ -64,7 +92,7 @@ def plan(
     """
     began = time.perf_counter()
     table = resolve_profiles(request, store)
-    check_profiles_cover(request, table)
+    check_cover(request, table)
     _check(deadline, "the profile lookup")
     cand = build_candidates(request, table)
     if churn is not None:
@@ -78,8 +106,9 @@ def plan(
     values = outcome.values if outcome else None
 
     solution = _solution(cand, outcome, values)
-    routes = extract.routes_out(cand, solution) if outcome else {w: [] for w in cand.classes.index}
-    pools = extract.pools_out(cand, solution)
+    groups = extract.pool_groups(cand, solution)
+    routes = extract.routes_out(cand, solution, groups) if outcome else {w: [] for w in cand.classes.index}
+    pools = extract.pools_out(cand, solution, groups)
     devices = extract.devices_out(cand, solution)
     links = extract.links_out(cand, routes)
     cost = float(sum(d.cost_per_hour * u.used for d, u in zip(request.devices, devices, strict=True)))
@@ -181,33 +210,36 @@ def _kept_instances(cand, cols, values, solution: extract.Solution) -> extract.S
 def _workload_results(cand, routes, devices, links, cost, solution=None) -> list[WorkloadResult]:
     """Served, unserved and why, per class; the solution's `dropped` (RPS per class extract dropped for
     running through pools with 0 instances) and `slivers` are unserved, and the reason says so."""
-    dropped = None if solution is None else solution.dropped
-    slivers = None if solution is None else solution.slivers
-    results = []
-    for w, c in cand.classes.iterrows():
-        served = float(sum(r.rps for r in routes[w]))
-        demand = float(c["rate_rps"])
-        unserved = max(demand - served, 0.0)
-        reason = None
-        if unserved > 1e-6 * max(1.0, demand):
-            if not (cand.uses["w"] == w).any():
-                reason = explain.no_candidate_reason(cand, w)
-            else:
-                reason = explain.shortfall_reason(cand, w, devices, links, cost)
-        if dropped is not None and dropped[w] > 0:
-            reason = explain.with_dropped_flow(reason, float(dropped[w]))
-        if slivers is not None and slivers[w]:
-            reason = explain.with_sliver(reason, extract.WINDOW_S, extract.MIN_TAIL_REQUESTS)
-        results.append(
-            WorkloadResult(
-                name=c["name"],
-                served_rps=round(served, 9),
-                unserved_rps=round(unserved, 9),
-                reason=reason,
-                routes=routes[w],
-            )
+    classes = cand.classes
+    demand = classes["rate_rps"].to_numpy(float)
+    served = np.array([sum(r.rps for r in routes[w]) for w in classes.index], dtype=float)
+    unserved = np.maximum(demand - served, 0.0)
+    short = unserved > 1e-6 * np.maximum(1.0, demand)
+    with_uses = set(cand.uses["w"].to_numpy().tolist())
+    reasons: dict[int, str | None] = {w: None for w in classes.index}
+    reasons.update(
+        {w: explain.no_candidate_reason(cand, w) for w in classes.index[short] if w not in with_uses}
+    )
+    reasons.update(
+        explain.shortfall_reasons(
+            cand, [w for w in classes.index[short] if w in with_uses], devices, links, cost
         )
-    return results
+    )
+    if solution is not None:
+        for w in classes.index[solution.dropped > 0] if solution.dropped is not None else []:
+            reasons[w] = explain.with_dropped_flow(reasons[w], float(solution.dropped[w]))
+        for w in classes.index[solution.slivers] if solution.slivers is not None else []:
+            reasons[w] = explain.with_sliver(reasons[w], extract.WINDOW_S, extract.MIN_TAIL_REQUESTS)
+    return [
+        WorkloadResult(
+            name=name,
+            served_rps=round(float(s), 9),
+            unserved_rps=round(float(u), 9),
+            reason=reasons[w],
+            routes=routes[w],
+        )
+        for w, name, s, u in zip(classes.index, classes["name"], served, unserved, strict=True)
+    ]
 
 
 def _solver_info(request: PlanRequest, outcome) -> SolverInfo:

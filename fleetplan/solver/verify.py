@@ -13,6 +13,7 @@ import pandas as pd
 from fleetplan.models.errors import PlanVerificationError
 from fleetplan.models.plan import Plan, PlanRequest, Pool, PoolRef, Route
 from fleetplan.profiler.tables import latency_at_prompt
+from fleetplan.solver.memo import per_table
 
 REL = 1e-6
 
@@ -48,15 +49,17 @@ def verify(request: PlanRequest, plan: Plan, table=None) -> None:
 
 def _profile_latency(request: PlanRequest, table) -> dict | None:
     """Each class's profiled latencies at its prompt, per (model, prompt, device, tp, batch), from the one
-    latency-at-prompt interpolator (`profiler.tables.latency_at_prompt`); None without a table."""
+    latency-at-prompt interpolator (`profiler.tables.latency_at_prompt`); None without a table. Kept per
+    (table, prompts asked) across plans (solver/memo.py): read-only."""
     if table is None:
         return None
-    queries = pd.DataFrame(
-        {
-            "model": [w.model for w in request.workloads],
-            "prompt_tokens": [w.prompt_tokens for w in request.workloads],
-        }
-    ).drop_duplicates()
+    asked = tuple(sorted({(w.model, w.prompt_tokens) for w in request.workloads}))
+    return _latency_at(table, asked)
+
+
+@per_table
+def _latency_at(table, asked: tuple[tuple[str, int], ...]) -> dict:
+    queries = pd.DataFrame(list(asked), columns=["model", "prompt_tokens"])
     rows = latency_at_prompt(table.frame, queries)
     keys = zip(rows["model"], rows["prompt_tokens"], rows["device"], rows["tp"], rows["batch"], strict=True)
     return dict(zip(keys, rows.to_dict("records"), strict=True))

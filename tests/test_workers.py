@@ -1,0 +1,145 @@
+"""The warm worker pool (fleetplan/api/workers.py): workers persist across requests, and every way a request
+can end without an answer (deadline, cancellation, crash, shutdown) kills its worker and starts a fresh one.
+
+Workers fork from the test process (cli_context), so the module-level functions below are what they run.
+"""
+
+import os
+import time
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from test_service import _gone
+
+from fleetplan.api.workers import SolvePool, WorkerCrashed, cli_context
+from fleetplan.models.errors import DeadlineExceeded, InputError
+
+TIMED_OUT = DeadlineExceeded("stopped")
+
+
+def _pid(deadline: object) -> int:
+    return os.getpid()
+
+
+def _refuse(deadline: object) -> None:
+    raise InputError("bad input", field="x")
+
+
+def _die(deadline: object) -> None:
+    os._exit(3)
+
+
+def _raise(deadline: object) -> None:
+    raise RuntimeError("a bug")
+
+
+def _unpicklable(deadline: object) -> object:
+    return lambda: None
+
+
+def _hang(pid_file: Path, deadline: object) -> None:
+    pid_file.write_text(str(os.getpid()))
+    time.sleep(60)
+
+
+def _pool(**kwargs: Any) -> SolvePool:
+    return SolvePool(slots=1, queue=1, context=cli_context, **kwargs)
+
+
+def _call(pool: SolvePool, work: Any, limit_s: float = 10.0) -> Any:
+    async def main() -> Any:
+        return await pool.call(work, (), time.monotonic() + limit_s, limit_s, TIMED_OUT)
+
+    return anyio.run(main)
+
+
+def _idle_pids(pool: SolvePool, count: int = 1) -> list[int]:
+    """The idle workers' pids, once `count` are idle (replacements start in the background)."""
+    for _ in range(200):
+        if len(pool._idle) >= count:
+            break
+        time.sleep(0.05)
+    return [w.process.pid for w in pool._idle]
+
+
+@pytest.fixture
+def pool() -> Any:
+    made = _pool()
+    yield made
+    made.kill_all()
+
+
+def test_one_warm_worker_answers_request_after_request(pool: SolvePool) -> None:
+    pool.warm()
+    (warm,) = _idle_pids(pool)
+    assert [_call(pool, _pid) for _ in range(3)] == [warm] * 3
+    with pytest.raises(InputError):  # a planner error is an answer: the worker stays
+        _call(pool, _refuse)
+    assert _call(pool, _pid) == warm
+    assert pool.replaced == 0
+    assert not pool._children
+
+
+def test_a_worker_killed_at_the_deadline_is_replaced(pool: SolvePool, tmp_path: Path) -> None:
+    pid_file = tmp_path / "pid"
+    began = time.monotonic()
+    with pytest.raises(DeadlineExceeded):
+        _call(pool, partial(_hang, pid_file), limit_s=0.5)
+    assert time.monotonic() - began < 2
+    hung = int(pid_file.read_text())
+    assert _gone(hung)  # killed and reaped before the answer
+    (fresh,) = _idle_pids(pool)
+    assert fresh != hung
+    assert pool.replaced == 1
+    assert _call(pool, _pid) == fresh
+
+
+def test_a_cancelled_request_kills_its_worker(pool: SolvePool, tmp_path: Path) -> None:
+    """A client that disconnects cancels its request's task: the worker is killed with it."""
+    pid_file = tmp_path / "pid"
+
+    async def main() -> None:
+        with anyio.move_on_after(0.5):
+            await pool.call(partial(_hang, pid_file), (), time.monotonic() + 30, 30, TIMED_OUT)
+
+    anyio.run(main)
+    assert _gone(int(pid_file.read_text()))
+    assert pool.running == 0
+    assert not pool._children
+    assert _idle_pids(pool)
+    assert pool.replaced == 1
+
+
+@pytest.mark.parametrize("work", [_die, _raise, _unpicklable])
+def test_a_crashed_worker_is_an_error_and_is_replaced(pool: SolvePool, work: Any) -> None:
+    pool.warm()
+    (before,) = _idle_pids(pool)
+    with pytest.raises(WorkerCrashed):
+        _call(pool, work)
+    assert _gone(before)
+    (after,) = _idle_pids(pool)
+    assert after != before
+    assert _call(pool, _pid) == after
+
+
+def test_a_worker_over_its_memory_bound_is_replaced_after_its_answer() -> None:
+    pool = _pool(max_worker_rss_mib=1)  # every worker is over it
+    try:
+        first = _call(pool, _pid)
+        assert _gone(first)
+        assert _call(pool, _pid) != first
+    finally:
+        pool.kill_all()
+
+
+def test_shutdown_kills_idle_workers_and_refuses_work(pool: SolvePool) -> None:
+    pool.warm()
+    (idle,) = _idle_pids(pool)
+    pool.kill_all()
+    assert _gone(idle)
+    assert not pool._idle
+    with pytest.raises(Exception, match="shutting down"):
+        _call(pool, _pid)
