@@ -1,5 +1,7 @@
 """The join-shortest-queue credit of pools of several instances (fleetplan/solver/pooled.py)."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -45,10 +47,12 @@ def test_credit_serves_more_on_the_same_hardware(scarce, monkeypatch):
 
 def test_pooled_rho_grows_with_the_instance_count_and_is_the_model_at_one(scarce):
     cand = build_candidates(scarce, resolve_profiles(scarce))
-    uses = cand.uses.assign(pool=np.arange(len(cand.uses)))  # each use its own queue
-    single = pooled_rho(uses, cand.classes, cand.curves, scarce.options, np.ones(len(uses)))
-    two = pooled_rho(uses, cand.classes, cand.curves, scarce.options, np.full(len(uses), 2))
-    eight = pooled_rho(uses, cand.classes, cand.curves, scarce.options, np.full(len(uses), 8))
+    # each use its own queue (a pool of its own), so its FIFO share is 1
+    alone = dataclasses.replace(cand, uses=cand.uses.assign(pool=np.arange(len(cand.uses))), memo={})
+    rows = np.arange(len(cand.uses))
+    single = pooled_rho(alone, rows, np.ones(len(rows)))
+    two = pooled_rho(alone, rows, np.full(len(rows), 2))
+    eight = pooled_rho(alone, rows, np.full(len(rows), 8))
     assert (two >= single - 1e-12).all()
     assert (eight >= two - 1e-12).all()
     assert (eight > single + 1e-12).any()

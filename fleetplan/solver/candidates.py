@@ -29,8 +29,8 @@ from fleetplan.solver.headroom import (
     curve_book,
     flat_headroom,
     headroom_levels,
+    pool_queues,
     transfer_ms,
-    use_table,
 )
 
 ROLES = ("prefill", "decode", "colocated")
@@ -61,6 +61,9 @@ class Candidates:
     link_rho: dict  # (source, target) -> headroom of that link budget; None -> of kv_budget_gbps
     curves: "CurveBook | None" = None  # latency distributions, for the capacity model's predictions
     churn: object | None = None  # formulation.Churn: the plan in force, for a churn-limited re-plan
+    # arrays derived from the uses and classes' shapes, built on first use (headroom._use_arrays) and kept
+    # for the very `uses` frame they were built from; shared by the copies build_candidates hands out
+    memo: dict = dataclasses.field(default_factory=dict, compare=False, repr=False)
 
 
 def class_table(request: PlanRequest) -> pd.DataFrame:
@@ -409,26 +412,18 @@ def link_headroom(uses: pd.DataFrame, request: PlanRequest) -> tuple[pd.DataFram
 
 
 def predicted_latency(
-    cand: Candidates, uses: pd.DataFrame, rate: np.ndarray, servers: np.ndarray | None = None
+    cand: Candidates, rows: np.ndarray, rate: np.ndarray, servers: np.ndarray | None = None
 ) -> tuple[np.ndarray, np.ndarray]:
-    """(TTFT, TBT) at the SLO percentile of `uses` when one instance takes `rate` requests/s of each
-    (capacity.predict: the same queueing model that set the admissible loads, at the class's percentile
-    itself rather than the margin it was planned at), its pool running `servers` instances behind
-    join-shortest-queue (solver/pooled.py; None: one)."""
-    if uses.empty or cand.curves is None:
-        return np.full(len(uses), np.nan), np.full(len(uses), np.nan)
-    uses = uses.reset_index(drop=True)
-    # the FIFO shares among the given uses of each pool: a pool's instances queue only what it carries
-    t = use_table(uses, cand.classes, queue=["pool"])
-    t = dataclasses.replace(
-        t,
-        # reported at the class's own percentile (planned at TAIL_MARGIN of its tail probability)
-        epsilon=t.epsilon / capacity.TAIL_MARGIN,
-        kv_slack_ms=uses["kv_slack_ms"].to_numpy(float),
-        nic_u=uses["nic_u"].to_numpy(float),
-        servers=servers,
-    )
-    return capacity.predict(t, cand.curves.curves(uses), rate)
+    """(TTFT, TBT) at the SLO percentile of the uses at positions `rows` of cand.uses when one instance
+    takes `rate` requests/s of each (capacity.predict: the same queueing model that set the admissible
+    loads, at the class's percentile itself rather than the margin it was planned at), its pool running
+    `servers` instances behind join-shortest-queue and queueing these uses only (headroom.pool_queues)."""
+    if len(rows) == 0 or cand.curves is None:
+        return np.full(len(rows), np.nan), np.full(len(rows), np.nan)
+    t, curves = pool_queues(cand, rows, servers)
+    # reported at the class's own percentile (planned at TAIL_MARGIN of its tail probability)
+    t = dataclasses.replace(t, epsilon=t.epsilon / capacity.TAIL_MARGIN)
+    return capacity.predict(t, curves, rate)
 
 
 def _renumber_tiers(uses: pd.DataFrame) -> pd.DataFrame:

@@ -492,6 +492,11 @@ def _rows(table, take):
     return type(table)(**{name: None if a is None else take(a) for name, a in fields.items()})
 
 
+def take_rows(table, rows: np.ndarray):
+    """A UseTable or Curves of the given uses only (`rows`: a boolean mask or positions)."""
+    return _rows(table, lambda a: a[rows])
+
+
 def _subset(t: UseTable, mask: np.ndarray) -> UseTable:
     return _rows(t, lambda a: a[mask])
 

@@ -234,7 +234,9 @@ def predicted(cand: Candidates, sol: Solution, uses: pd.DataFrame) -> pd.DataFra
         nothing = np.full(len(uses), np.nan)
         return uses.assign(pred_ttft_ms=nothing, pred_tbt_ms=nothing)
     rate = per_instance[pool] * uses["rate_rps"].to_numpy(float)
-    ttft, tbt = predicted_latency(cand, uses, rate, servers=np.maximum(sol.instances[pool], 1))
+    # `uses`: rows of cand.uses (their index is their position there)
+    rows = uses.index.to_numpy()
+    ttft, tbt = predicted_latency(cand, rows, rate, servers=np.maximum(sol.instances[pool], 1))
     return uses.assign(pred_ttft_ms=ttft, pred_tbt_ms=tbt)
 
 

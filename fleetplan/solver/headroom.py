@@ -8,6 +8,7 @@ shapes as mixes of their shorter classes (mix_groups) and splits each into headr
 
 import dataclasses
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
@@ -15,6 +16,9 @@ import pandas as pd
 from fleetplan.models.plan import Options, PlanRequest
 from fleetplan.models.profile import PERCENTILES
 from fleetplan.solver import capacity
+
+if TYPE_CHECKING:
+    from fleetplan.solver.candidates import Candidates
 
 FLAT_DEFAULT = 0.5  # flat headroom when max_utilization is not given (the v1 default, headroom sweep)
 
@@ -269,23 +273,53 @@ def admissible_loads(
     return uses[(rho >= capacity.RHO_MIN) & usable].reset_index(drop=True)
 
 
-def pooled_rho(
-    uses: pd.DataFrame, classes: pd.DataFrame, book: "CurveBook", options: Options, servers: np.ndarray
-) -> np.ndarray:
-    """The admissible utilization of each use (on the LEVEL_STEP grid, capped by max_utilization) when its
-    pool runs `servers` instances behind join-shortest-queue and carries exactly the given uses of its
-    `pool` (their FIFO shares are taken within the pool). The NIC caps and KV reserves stay the uses' own
-    (a NIC is one instance's); only the waits for a prefill batch and for a decode slot pool over the
-    instances (capacity.pooled_wait_prob, slot_wait_prob)."""
-    uses = uses.reset_index(drop=True)
-    t = use_table(uses, classes, queue=["pool"])
-    t = dataclasses.replace(
+def pool_queues(cand: "Candidates", rows: np.ndarray, servers: np.ndarray | None) -> tuple:
+    """(UseTable, Curves) of the uses at positions `rows` of cand.uses as their pools run them: the FIFO
+    shares taken among these uses of each pool only (a pool's instances queue only what it carries), the
+    NIC caps and KV reserves the uses' own, and `servers` instances per pool behind join-shortest-queue.
+    The per-use arrays of the whole candidate set are built once per candidate set (`_use_arrays`)."""
+    t_all, curves_all, holding = _use_arrays(cand)
+    t, curves = capacity.take_rows(t_all, rows), capacity.take_rows(curves_all, rows)
+    pool = cand.uses["pool"].to_numpy()[rows]
+    return dataclasses.replace(
         t,
-        kv_slack_ms=uses["kv_slack_ms"].to_numpy(float),
-        nic_u=uses["nic_u"].to_numpy(float),
-        servers=np.asarray(servers, dtype=np.int64),
-    )
-    rho = np.clip(capacity.rates(t, book.curves(uses), capacity.LEVELS) / t.rate, 0.0, 1.0)
+        share=_ratio_to_pool_max(pool, holding[rows]),
+        kv_share=np.where(t.t_kv > 0, _ratio_to_pool_max(pool, t.t_kv), 1.0),
+        servers=None if servers is None else np.asarray(servers, dtype=np.int64),
+    ), curves
+
+
+def _ratio_to_pool_max(pool: np.ndarray, value: np.ndarray) -> np.ndarray:
+    """max(value over the same pool) / value, at least 1 (the `share` of a FIFO queue)."""
+    longest = np.zeros(int(pool.max(initial=-1)) + 1)
+    np.maximum.at(longest, pool, value)
+    return np.maximum(longest[pool] / np.maximum(value, 1e-9), 1.0)
+
+
+def _use_arrays(cand: "Candidates") -> tuple:
+    """The capacity model's arrays of every use of a candidate set (UseTable with the uses' NIC caps and KV
+    reserves, Curves, holding times), kept on it: they depend on the classes' shapes, not their demand."""
+    memo, uses = cand.memo, cand.uses
+    if memo.get("use_arrays", (None,))[0] is not uses:  # built for these very uses (a copy keeps the memo)
+        t = dataclasses.replace(
+            use_table(uses, cand.classes),
+            kv_slack_ms=uses["kv_slack_ms"].to_numpy(float),
+            nic_u=uses["nic_u"].to_numpy(float),
+        )
+        c = cand.classes.loc[uses["w"]].reset_index(drop=True)
+        holding = _holding_ms(uses.reset_index(drop=True), c)
+        memo["use_arrays"] = (uses, (t, cand.curves.curves(uses), holding))
+    return memo["use_arrays"][1]
+
+
+def pooled_rho(cand: "Candidates", rows: np.ndarray, servers: np.ndarray) -> np.ndarray:
+    """The admissible utilization of the uses at positions `rows` of cand.uses (on the LEVEL_STEP grid,
+    capped by max_utilization) when each one's pool runs `servers` instances behind join-shortest-queue and
+    carries exactly these uses (`pool_queues`). Only the waits for a prefill batch and for a decode slot
+    pool over the instances (capacity.pooled_wait_prob, slot_wait_prob)."""
+    t, curves = pool_queues(cand, rows, servers)
+    rho = np.clip(capacity.rates(t, curves, capacity.LEVELS) / t.rate, 0.0, 1.0)
+    options = cand.request.options
     if options.max_utilization is not None:
         rho = np.minimum(rho, options.max_utilization)
     return np.floor(rho / LEVEL_STEP + 1e-9) * LEVEL_STEP

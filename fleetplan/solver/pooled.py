@@ -78,14 +78,13 @@ def pool_credit(request: PlanRequest, cand: Candidates, outcome: Outcome) -> tup
         nodes=result.nodes,
     )
     pools = cand.pools.assign(rho=new_rho, pooled=np.where(raised, x, 1))
-    uses = cand.uses.assign(rho=new_rho[cand.uses["pool"].to_numpy()])
     new_outcome = dataclasses.replace(
         outcome,
         values=result.values,
         solve_ms=outcome.solve_ms + ms,
         stages=(*outcome.stages, record),
     )
-    return dataclasses.replace(cand, pools=pools, uses=uses), new_outcome
+    return dataclasses.replace(cand, pools=pools), new_outcome
 
 
 def _pooled_pool_rho(
@@ -98,8 +97,8 @@ def _pooled_pool_rho(
     carrying = (flow > FLOW_EPS) & (x[pool] >= 2)
     if not carrying.any():
         return None
-    sub = uses[carrying]
-    use_rho = pooled_rho(sub, cand.classes, cand.curves, request.options, x[pool[carrying]])
+    rows = np.flatnonzero(carrying)
+    use_rho = pooled_rho(cand, rows, x[pool[rows]])
     old = cand.pools["rho"].to_numpy(float)
     lowest = np.full(len(old), np.inf)
     np.minimum.at(lowest, pool[carrying], use_rho)
