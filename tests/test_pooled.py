@@ -19,7 +19,7 @@ def scarce():
 
 
 def _without_credit(request, monkeypatch):
-    monkeypatch.setattr(pipeline, "pool_credit", lambda request, cand, outcome: (cand, outcome))
+    monkeypatch.setattr(pipeline, "pool_credit", lambda request, cand, outcome, deadline: (cand, outcome))
     return plan(request, with_baselines=False)
 
 
@@ -68,3 +68,15 @@ def test_no_credit_under_the_flat_model_or_other_objectives(scarce):
         cand = build_candidates(request, resolve_profiles(request))
         outcome, _ = pipeline._solve(request, cand)
         assert pooled.pool_credit(request, cand, outcome) == (cand, outcome)
+
+
+def test_no_credit_when_the_deadline_leaves_too_little(scarce):
+    from fleetplan.solver.deadline import Deadline
+
+    cand = build_candidates(scarce, resolve_profiles(scarce))
+    outcome, _ = pipeline._solve(scarce, cand)
+    spent = Deadline.after(0.1 * 10.0)  # 10% of a 10 s budget left
+    late = Deadline(spent.at, 10.0)
+    assert pooled.pool_credit(scarce, cand, outcome, late) == (cand, outcome)
+    credited = pooled.pool_credit(scarce, cand, outcome, Deadline.after(10.0))
+    assert credited[1].stages[-1].step == "pooled"

@@ -101,7 +101,7 @@ def plan(
     objective = request.options.objective
     outcome, status = _solve(_within(request, deadline), cand)
     if outcome is not None:
-        cand, outcome = pool_credit(request, cand, outcome)
+        cand, outcome = pool_credit(request, cand, outcome, deadline)
     _check(deadline, "the solve")
     values = outcome.values if outcome else None
 

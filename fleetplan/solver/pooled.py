@@ -26,6 +26,7 @@ import numpy as np
 from fleetplan.models.plan import PlanRequest, StageRecord
 from fleetplan.solver.backends import Sense, get_backend
 from fleetplan.solver.candidates import Candidates
+from fleetplan.solver.deadline import Deadline
 from fleetplan.solver.formulation import MatrixForm
 from fleetplan.solver.headroom import pooled_rho
 from fleetplan.solver.optimize import Outcome
@@ -33,12 +34,18 @@ from fleetplan.solver.optimize import Outcome
 FLOW_EPS = 1e-9  # a use carries flow above this (RPS)
 MIN_GAIN = 1e-6  # relative goodput gain below which the MILP's plan is kept as it is
 TIME_LIMIT_S = 1.0  # the LP re-solve's own limit (it takes milliseconds)
+MIN_BUDGET_SHARE = 0.25  # of the request's time budget left after the solve, or the credit is skipped
 
 
-def pool_credit(request: PlanRequest, cand: Candidates, outcome: Outcome) -> tuple[Candidates, Outcome]:
+def pool_credit(
+    request: PlanRequest, cand: Candidates, outcome: Outcome, deadline: Deadline | None = None
+) -> tuple[Candidates, Outcome]:
     """(candidates, outcome) with the pooled headroom of the module docstring, or the inputs unchanged
-    when it does not apply or serves no more."""
+    when it does not apply, serves no more, or `deadline` leaves less than MIN_BUDGET_SHARE of the
+    request's budget (the rest of the pipeline needs it: the credit is a gain, never a requirement)."""
     options = request.options
+    if deadline is not None and deadline.remaining() < MIN_BUDGET_SHARE * deadline.budget_s:
+        return cand, outcome
     if (
         outcome.values is None
         or options.objective != "max_goodput"
@@ -57,8 +64,9 @@ def pool_credit(request: PlanRequest, cand: Candidates, outcome: Outcome) -> tup
     raised = new_rho > cand.pools["rho"].to_numpy(float) + 1e-12
     form = _fixed_form(outcome.form, cols, np.round(values), new_rho, raised, blocked)
     goodput = outcome.form.objectives["goodput"]
+    limit = TIME_LIMIT_S if deadline is None else deadline.solver_time_limit(TIME_LIMIT_S)
     result = get_backend(options.solver).solve(
-        form, goodput, Sense.MAX, time_limit_s=TIME_LIMIT_S, mip_rel_gap=options.mip_rel_gap, relax=True
+        form, goodput, Sense.MAX, time_limit_s=limit, mip_rel_gap=options.mip_rel_gap, relax=True
     )
     before = float(goodput @ values)
     if not result.has_solution or result.objective is None or result.objective <= before * (1 + MIN_GAIN):
