@@ -46,6 +46,9 @@ def _hang(pid_file: Path, deadline: object) -> None:
 
 
 def _pool(**kwargs: Any) -> SolvePool:
+    # workers forked from a pytest process count its pages as their own resident memory, which after a few
+    # hundred tests can pass the service's cap: only the test of that rule sets one
+    kwargs.setdefault("max_worker_rss_mib", 1e6)
     return SolvePool(slots=1, queue=1, context=cli_context, **kwargs)
 
 
