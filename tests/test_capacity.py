@@ -344,19 +344,14 @@ def test_prefill_with_kv_queues_matches_the_closed_form(slo, kv_share):
     assert reserved.kv_slack_ms[0] == pytest.approx(slack, rel=1e-12)
 
 
-# Allen-Cunneen's (1 + cv^2) / 2 for a deterministic slot hold (cv = 0): M/D/b waits half of M/M/b's
-DETERMINISTIC_SPREAD = 0.5
-
-
 def decode_load_ref(slots: int, tbt_ms: float, limit_ms: float, epsilon: float, share: float) -> float:
-    """Offered load a (slot-holding Erlangs) where C(b, a) exp(-(L - tau) (b - a) / (s share tau)) = epsilon,
-    s = DETERMINISTIC_SPREAD: with a deterministic step tau the per-token wait has mean s share tau / (b - a),
-    whatever the length."""
-    spread = DETERMINISTIC_SPREAD
+    """Offered load a (slot-holding Erlangs) where C(b, a) exp(-(L - tau) (b - a) / (share tau)) = epsilon:
+    with a deterministic step tau the per-token wait has mean share tau / (b - a), whatever the length."""
 
     def excess(a):
-        decay = (limit_ms - tbt_ms) * (slots - a) / (spread * share * tbt_ms)
-        return erlang_c_ref(slots, a) * math.exp(-decay) - epsilon
+        return (
+            erlang_c_ref(slots, a) * math.exp(-(limit_ms - tbt_ms) * (slots - a) / (share * tbt_ms)) - epsilon
+        )
 
     return optimize.brentq(excess, 1e-9, slots - 1e-12, xtol=1e-14)
 
@@ -735,7 +730,7 @@ def test_decode_prediction_closed_form_at_the_admissible_rate():
     for value, lam in zip(tbt, load, strict=True):
         a = lam * steps * tau / 1e3
         c = erlang_c_ref(slots, a)
-        expected = tau + (DETERMINISTIC_SPREAD * tau / (slots - a)) * math.log(c / 0.05) if c > 0.05 else tau
+        expected = tau + (tau / (slots - a)) * math.log(c / 0.05) if c > 0.05 else tau
         assert value == pytest.approx(expected, rel=1e-8)
     assert tbt[1] == pytest.approx(limit, rel=1e-8)
 
@@ -979,17 +974,3 @@ def test_nic_utilization_trades_nic_cap_for_prefill_load_at_p99():
     assert np.all(carried >= carried_at_mean * (1 - 1e-9))  # never worse than the mean cap
     # the p90 use, whose KV waits fit at the mean cap, keeps it unless a lower one carries more
     assert chosen[1] <= mean_cap[1]
-
-
-def test_hold_spread_is_allen_cunneens_correction():
-    """(1 + cv^2) / 2 of one step's time: 1/2 for a deterministic step, the exponential's 1 at cv = 1, never
-    above 1; cv from the same service grid the model integrates."""
-    grid = capacity.service_grid(np.array([[10.0, 10.0, 10.0], [10.0, 14.0, 20.0]]))
-    spread = capacity.hold_spread(grid)
-    assert spread[0] == pytest.approx(0.5, abs=1e-12)
-    mean, residual = capacity.moments(grid[1:])
-    cv2 = 2 * residual[0] / mean[0] - 1
-    assert spread[1] == pytest.approx((1 + cv2) / 2, rel=1e-12)
-    assert 0.5 < spread[1] < 1.0
-    wide = capacity.service_grid(np.array([[10.0, 100.0, 1000.0]]))
-    assert capacity.hold_spread(wide)[0] == 1.0

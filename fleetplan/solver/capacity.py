@@ -436,9 +436,8 @@ def _colocated_waits(t: UseTable, curves, rate, grid, n, hold, slots, full_mean=
     prefill instance; prefill-first scheduling runs one batch at a time)."""
     load = rate * hold / 1e3
     slot_prob = slot_wait_prob(slots, load, t.servers)
-    # M/M/b: a colocated slot's hold includes the prefill stalls of later arrivals (random in number), so
-    # one step's spread is not the hold's (hold_spread applied here broke a p99 class in the simulator)
-    slot_mean = t.share * hold / np.maximum(slots - load, 1e-9)
+    spread = hold_spread(service_grid(curves.at("tbt", t.batch)))
+    slot_mean = t.share * spread * hold / np.maximum(slots - load, 1e-9)
     busy, wait = batch_wait(rate, curves, t.batch, n, grid, t.share, full_mean, t.servers)
     return slot_prob, slot_mean, busy, np.where(np.isfinite(wait), wait, 1e12)
 
