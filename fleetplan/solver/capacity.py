@@ -259,20 +259,8 @@ def decode_tail(rate, tbt_grid, hold_ms, slots, steps, limit_ms, share=1.0, serv
     load = rate * hold_ms / 1e3
     ok = load < slots
     c = np.where(ok, slot_wait_prob(slots, load, servers), 1.0)
-    # share: longest holder ahead; hold_spread: the M/G/b correction of the M/M/b mean wait
-    wait_mean = share * hold_spread(tbt_grid) * hold_ms / np.maximum(slots - load, 1e-9) / steps
+    wait_mean = share * hold_ms / np.maximum(slots - load, 1e-9) / steps  # share: longest holder ahead
     return np.where(ok, tail(tbt_grid, limit_ms, c, wait_mean), 1.0)
-
-
-def hold_spread(tbt_grid: np.ndarray) -> np.ndarray:
-    """(1 + cv^2) / 2 of a slot's holding time, cv its coefficient of variation: the Allen-Cunneen (Lee and
-    Longton) correction that takes the M/M/b mean wait for a slot to M/G/b's. A slot is held for (o - 1)
-    steps whose times move together (one draw per decode segment, as in the simulator), so the hold's cv is
-    one step's, from the TBT distribution; nearly deterministic holds wait about half as long as
-    exponential ones. Never above 1 (the M/M/b form stays the bound for spreads beyond exponential)."""
-    mean, residual = moments(tbt_grid)
-    cv2 = np.maximum(2.0 * residual / np.maximum(mean, 1e-12) - 1.0, 0.0)
-    return np.minimum((1.0 + cv2) / 2.0, 1.0)
 
 
 # --- KV transfer queues -------------------------------------------------------------------------------
@@ -436,8 +424,7 @@ def _colocated_waits(t: UseTable, curves, rate, grid, n, hold, slots, full_mean=
     prefill instance; prefill-first scheduling runs one batch at a time)."""
     load = rate * hold / 1e3
     slot_prob = slot_wait_prob(slots, load, t.servers)
-    spread = hold_spread(service_grid(curves.at("tbt", t.batch)))
-    slot_mean = t.share * spread * hold / np.maximum(slots - load, 1e-9)
+    slot_mean = t.share * hold / np.maximum(slots - load, 1e-9)
     busy, wait = batch_wait(rate, curves, t.batch, n, grid, t.share, full_mean, t.servers)
     return slot_prob, slot_mean, busy, np.where(np.isfinite(wait), wait, 1e12)
 
