@@ -330,3 +330,30 @@ def test_device_rows_count_a_shape_once_through_its_n_column():
     assert np.all(rows[:, : cols.n_pools][:, alone].sum(axis=0) == cand.pools["tp"].to_numpy()[alone])
     assert np.all(rows[:, cols.shape_offset :].sum(axis=0) > 0)
     assert form.integer[cols.shape_offset :].all()
+
+
+def test_shape_bounds_follow_the_plan_in_force_of_a_replan():
+    """A re-plan may keep the plan in force's instances beyond what the demand needs (churn_bounds raises
+    x's bound): each n[s] bound rises with its pools', so the plan in force stays inside the box."""
+    import dataclasses
+
+    from fleetplan import fixtures
+    from fleetplan.models.codec import read_request
+    from fleetplan.solver.formulation import Churn, previous_instances
+
+    cand = _candidates(read_request(fixtures.request_path("paper")))
+    pools = cand.pools.reset_index(drop=True)
+    form, cols = build_matrix(cand)
+    count = cand.devices.set_index("device")["count"]
+    fit = (pools["device"].map(count) // pools["tp"]).to_numpy()
+    summed = np.bincount(cols.shape[cols.shape >= 0], weights=form.col_hi[: cols.n_pools][cols.shape >= 0])
+    # a shape whose pools' demand bounds add up to fewer instances than its devices hold
+    s = next(s for s in range(cols.n_shapes) if summed[s] < fit[cols.shape == s][0])
+    mine = cols.shape == s
+    previous = pools.loc[mine, [*KEY, "rho"]].iloc[:1].assign(instances=int(fit[mine][0]))
+    churned = dataclasses.replace(cand, churn=Churn(previous, None, 0.0))
+    form, cols = build_matrix(churned)
+    in_force = previous_instances(churned)
+    assert in_force[mine].sum() == fit[mine][0] > summed[s]
+    assert form.col_hi[: cols.n_pools][mine] @ np.ones(mine.sum()) >= fit[mine][0]
+    assert form.col_hi[cols.shape_offset + s] == fit[mine][0]  # not the demand bound summed[s]

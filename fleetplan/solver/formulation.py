@@ -621,6 +621,7 @@ def churn_bounds(cand: Candidates, cols: Columns, hi: np.ndarray) -> np.ndarray:
     fit = np.floor(cand.pools["device"].map(devices["count"]).to_numpy(float) / tp)
     hi = hi.copy()
     hi[: cols.n_pools] = np.maximum(hi[: cols.n_pools], np.minimum(fit, previous_instances(cand)))
+    hi[cols.shape_offset :] = _shape_bounds(cols, hi[: cols.n_pools], _fit(cand))  # n[s] follows its x
     return hi
 
 
@@ -649,7 +650,7 @@ def column_bounds(
     pools, uses, classes = cand.pools, cand.uses, cand.classes
     devices = cand.devices.set_index("device")
     tp = pools["tp"].to_numpy(float)
-    fit = np.floor(pools["device"].map(devices[_capacity_column(devices)]).to_numpy(float) / tp)
+    fit = _fit(cand)
     rho = pools["rho"].to_numpy(float)
     load, traffic = pool_ceilings(cand)
     nic = pools["device"].map(devices["nic_gbps"]).to_numpy()
@@ -682,6 +683,13 @@ def column_bounds(
     integer[: cols.n_pools] = True
     integer[cols.buy_offset :] = True  # b[k], u[k] and n[s]
     return lo, hi, integer
+
+
+def _fit(cand: Candidates) -> np.ndarray:
+    """Per pool: how many of its instances fit on every device of its type (count plus purchasable)."""
+    devices = cand.devices.set_index("device")
+    tp = cand.pools["tp"].to_numpy(float)
+    return np.floor(cand.pools["device"].map(devices[_capacity_column(devices)]).to_numpy(float) / tp)
 
 
 def _shape_bounds(cols: Columns, x_hi: np.ndarray, fit: np.ndarray) -> np.ndarray:
