@@ -26,7 +26,7 @@ from fleetplan.models import PlanRequest
 from fleetplan.solver import extract, plan
 from fleetplan.solver.backends import Sense, get_backend
 from fleetplan.solver.candidates import build_candidates
-from fleetplan.solver.formulation import MatrixForm, build_matrix, define_device_cuts
+from fleetplan.solver.formulation import KEY, MatrixForm, build_matrix, define_device_cuts
 from fleetplan.solver.pipeline import resolve_profiles
 
 SETTINGS = settings(
@@ -57,9 +57,10 @@ def _compare(request: PlanRequest) -> None:
     cand = _candidates(request)
     if cand.uses.empty:
         return
-    strong, _ = build_matrix(cand)
+    strong, cols = build_matrix(cand)
     plain, _ = build_matrix(cand, strengthen=False)
-    assert strong.A.shape[1] == plain.A.shape[1]
+    # the plain model's columns are a prefix: the shape counts n[s] come last
+    assert strong.A.shape[1] == plain.A.shape[1] + cols.n_shapes
     # the LP relaxation of the strengthened model is never looser
     lp_strong, lp_plain = (
         _solve(strong, "goodput", Sense.MAX, True),
@@ -72,7 +73,7 @@ def _compare(request: PlanRequest) -> None:
     assert a.termination == b.termination
     assert _close(a.objective, b.objective)
     # the strengthened optimum is feasible in the plain model (its rows only cut fractional x)
-    assert _feasible(plain, a.values)
+    assert _feasible(plain, a.values[: plain.A.shape[1]])
     # the same least cost once that goodput is locked (the tie-break stage)
     value = b.objective
     locked = [
@@ -195,12 +196,12 @@ def test_device_use_columns_only_under_a_budget_and_equal_to_the_devices_used():
     form, cols = build_matrix(cand)
     assert cols.n_used == len(capped.devices) == 3
     assert form.A.shape[1] == free.A.shape[1] + 3
-    assert form.integer[cols.used_offset :].all()
+    assert form.integer[cols.used_offset :].all()  # u[k], then the shape counts n[s]
     (budget,) = [(b, e) for name, b, e in form.row_blocks if name == "budget"]
     assert budget[1] - budget[0] == 2  # over x, and over u
     result = _solve(form, "goodput", Sense.MAX)
     assert result.termination == "optimal"
-    u = result.values[cols.used_offset :]
+    u = result.values[cols.used_offset : cols.used_offset + cols.n_used]
     x = result.values[: cols.n_pools]
     tp = cand.pools["tp"].to_numpy(float)
     by_hand = [float((x * tp)[(cand.pools["device"] == d.name).to_numpy()].sum()) for d in capped.devices]
@@ -281,3 +282,78 @@ def test_the_fold_reports_max_min_fraction_in_its_own_units():
     assert result.cost_per_hour == pytest.approx(3.0, rel=1e-9)
     last = result.solver.stages[-1]
     assert (last.step, last.stage) == ("primary", "cost")
+
+
+# ------------------------------------------------------------------------------------ shape columns n[s]
+
+
+@pytest.mark.parametrize("budget", [None, 14.0], ids=["free", "budget-14"])
+def test_shape_columns_keep_the_paper_optimum(budget):
+    """paper.json offers most pool shapes as several headroom levels and mixes: the model with the shape
+    counts n[s] (device rows over them) and the plain model reach the same goodput within mip_rel_gap, and
+    every n[s] is the sum of its pools' x."""
+    from fleetplan import fixtures
+    from fleetplan.models.codec import read_request
+
+    base = read_request(fixtures.request_path("paper"))
+    options = msgspec.structs.replace(base.options, budget_per_hour=budget)
+    request = msgspec.structs.replace(base, options=options)
+    cand = _candidates(request)
+    form, cols = build_matrix(cand)
+    plain, _ = build_matrix(cand, strengthen=False)
+    assert cols.n_shapes > 0
+    assert cols.n_shapes == int((cand.pools.groupby(KEY).size() > 1).sum())
+    gap = request.options.mip_rel_gap
+    kwargs = {"time_limit_s": 60.0, "mip_rel_gap": gap}
+    ours = get_backend("highs").solve(form, form.objectives["goodput"], Sense.MAX, **kwargs)
+    reference = get_backend("highs").solve(plain, plain.objectives["goodput"], Sense.MAX, **kwargs)
+    assert ours.termination == reference.termination == "optimal"
+    assert abs(ours.objective - reference.objective) <= gap * max(ours.objective, reference.objective)
+    x = ours.values[: cols.n_pools]
+    member = cols.shape >= 0
+    summed = np.bincount(cols.shape[member], weights=x[member], minlength=cols.n_shapes)
+    assert ours.values[cols.shape_offset :] == pytest.approx(summed, abs=1e-6)
+    assert _feasible(plain, ours.values[: plain.A.shape[1]])
+
+
+def test_device_rows_count_a_shape_once_through_its_n_column():
+    from fleetplan import fixtures
+    from fleetplan.models.codec import read_request
+
+    cand = _candidates(read_request(fixtures.request_path("paper")))
+    form, cols = build_matrix(cand)
+    _, begin, end = next(b for b in form.row_blocks if b[0] == "devices")
+    rows = form.A[begin:end].toarray()
+    alone = cols.shape < 0
+    # a pool alone in its shape keeps its x in the device row; the others appear only through n[s]
+    assert np.all(rows[:, : cols.n_pools][:, ~alone] == 0)
+    assert np.all(rows[:, : cols.n_pools][:, alone].sum(axis=0) == cand.pools["tp"].to_numpy()[alone])
+    assert np.all(rows[:, cols.shape_offset :].sum(axis=0) > 0)
+    assert form.integer[cols.shape_offset :].all()
+
+
+def test_shape_bounds_follow_the_plan_in_force_of_a_replan():
+    """A re-plan may keep the plan in force's instances beyond what the demand needs (churn_bounds raises
+    x's bound): each n[s] bound rises with its pools', so the plan in force stays inside the box."""
+    import dataclasses
+
+    from fleetplan import fixtures
+    from fleetplan.models.codec import read_request
+    from fleetplan.solver.formulation import Churn, previous_instances
+
+    cand = _candidates(read_request(fixtures.request_path("paper")))
+    pools = cand.pools.reset_index(drop=True)
+    form, cols = build_matrix(cand)
+    count = cand.devices.set_index("device")["count"]
+    fit = (pools["device"].map(count) // pools["tp"]).to_numpy()
+    summed = np.bincount(cols.shape[cols.shape >= 0], weights=form.col_hi[: cols.n_pools][cols.shape >= 0])
+    # a shape whose pools' demand bounds add up to fewer instances than its devices hold
+    s = next(s for s in range(cols.n_shapes) if summed[s] < fit[cols.shape == s][0])
+    mine = cols.shape == s
+    previous = pools.loc[mine, [*KEY, "rho"]].iloc[:1].assign(instances=int(fit[mine][0]))
+    churned = dataclasses.replace(cand, churn=Churn(previous, None, 0.0))
+    form, cols = build_matrix(churned)
+    in_force = previous_instances(churned)
+    assert in_force[mine].sum() == fit[mine][0] > summed[s]
+    assert form.col_hi[: cols.n_pools][mine] @ np.ones(mine.sum()) >= fit[mine][0]
+    assert form.col_hi[cols.shape_offset + s] == fit[mine][0]  # not the demand bound summed[s]

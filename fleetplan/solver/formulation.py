@@ -4,7 +4,8 @@ Columns: x[pool] (integer instances) | f[use] (RPS of a class through a pool; fo
 destination key) | s[w, key, tier] (KV-flow slack carried down the bandwidth tiers) | phi (only for
 max_min_fraction) | d[k] (only for a churn-limited re-plan: instances moved per pool key k) | b[k] (integer
 devices bought, only for purchasable types: `Device.max_count`) | u[k] (integer devices used per type, only
-under budget_per_hour: define_device_use). Each family returns a Block of COO
+under budget_per_hour: define_device_use) | n[s] (integer instances per pool shape with more than one pool:
+define_shapes). Each family returns a Block of COO
 triplets; `build_matrix` stacks them into one CSR matrix, the only form a backend sees.
 """
 
@@ -43,6 +44,8 @@ class Columns:
     n_churn: int = 0  # d[k] columns, one per pool key of a churn-limited re-plan
     buy: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # device rows with a b column
     n_used: int = 0  # u[k] columns (devices used per type), only under budget_per_hour (define_device_use)
+    # per pool: its shape's n[s] column number s (define_shapes), or -1 where the pool is its shape's only one
+    shape: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
 
     @property
     def use_offset(self) -> int:
@@ -69,8 +72,16 @@ class Columns:
         return self.buy_offset + len(self.buy)
 
     @property
-    def size(self) -> int:
+    def shape_offset(self) -> int:
         return self.used_offset + self.n_used
+
+    @property
+    def n_shapes(self) -> int:
+        return int(self.shape.max(initial=-1)) + 1
+
+    @property
+    def size(self) -> int:
+        return self.shape_offset + self.n_shapes
 
 
 @dataclass
@@ -213,22 +224,72 @@ def define_demand(cand: Candidates, cols: Columns, full: bool) -> Block:
 
 
 def define_devices(cand: Candidates, cols: Columns) -> Block:
-    """sum_{pools on k} t * x[pool] - b[k] <= N_k for every device type k (b[k] only where purchasable)."""
+    """sum_{pools on k} t * x[pool] - b[k] <= N_k for every device type k (b[k] only where purchasable),
+    written over the instance counts of instance_units: n[s] for a shape's pools, x for a pool alone."""
     devices = cand.devices.reset_index(drop=True)
     position = pd.Series(np.arange(len(devices)), index=devices["device"])
+    unit_cols, unit_pools = instance_units(cand, cols)
     pools = cand.pools
-    rows = position.loc[pools["device"]].to_numpy()
+    rows = position.loc[pools["device"].to_numpy()[unit_pools]].to_numpy()
     n = len(devices)
-    tp = pools["tp"].to_numpy(float)
+    tp = pools["tp"].to_numpy(float)[unit_pools]
     buy_rows, buy_cols, buy_vals = define_purchases(cand, cols)
     return Block(
         "devices",
         n,
         np.concatenate([rows, buy_rows]),
-        np.concatenate([np.arange(len(pools)), buy_cols]),
+        np.concatenate([unit_cols, buy_cols]),
         np.concatenate([tp, buy_vals]),
         np.full(n, -INF),
         devices["count"].to_numpy(float),
+    )
+
+
+def shape_numbers(cand: Candidates) -> np.ndarray:
+    """Per pool, the number s (0, 1, ...) of its pool shape (KEY: owner, role, device, tp, batch) among the
+    shapes offered as more than one pool (headroom levels, mixes), or -1 where the pool is its shape's only
+    one."""
+    key = pool_keys(cand)
+    multi = np.bincount(key)[key] > 1
+    numbers = np.full(len(key), -1)
+    numbers[multi] = np.unique(key[multi], return_inverse=True)[1]
+    return numbers
+
+
+def instance_units(cand: Candidates, cols: Columns | None) -> tuple[np.ndarray, np.ndarray]:
+    """(column, a pool of it) for every instance count the device rows add up: the n[s] column of each
+    shape with several pools (define_shapes) and the x column of each pool alone in its shape. The pools of
+    one shape share device and tp, so one pool stands for the shape. Without shape columns: every x."""
+    n_pools = len(cand.pools)
+    shape = cols.shape if cols is not None and len(cols.shape) else np.full(n_pools, -1)
+    alone = np.flatnonzero(shape < 0)
+    numbers, first = np.unique(shape, return_index=True)
+    first = first[numbers >= 0]
+    offset = cols.shape_offset if cols is not None else 0
+    return np.concatenate([alone, offset + shape[first]]), np.concatenate([alone, first])
+
+
+def define_shapes(cand: Candidates, cols: Columns) -> Block:
+    """sum_{pools of shape s} x[pool] - n[s] = 0 for every pool shape with several pools (its headroom
+    levels and mixes: near-twin integer columns).
+
+    n[s] is x's image, so the integer points, the optima and the LP relaxation are those of the model over
+    x alone; the device rows are written over n (instance_units), so HiGHS sees "how many instances of this
+    shape" as one integer column and branches on it. Measured in docs/solvers.md ("Shape columns"):
+    paper.json's goodput MIP at 13 budgets x 3 HiGHS seeds, 27,927 -> 11,066 nodes. An n[s] that only sat in
+    its own equality row would be substituted away by presolve (measured: 1,008 nodes, unchanged)."""
+    if not cols.n_shapes:
+        return _empty("shapes")
+    member = np.flatnonzero(cols.shape >= 0)
+    n = cols.n_shapes
+    return Block(
+        "shapes",
+        n,
+        np.concatenate([cols.shape[member], np.arange(n)]),
+        np.concatenate([member, cols.shape_offset + np.arange(n)]),
+        np.concatenate([np.ones(len(member)), -np.ones(n)]),
+        np.zeros(n),
+        np.zeros(n),
     )
 
 
@@ -274,7 +335,7 @@ def define_linking(cand: Candidates, cols: Columns) -> Block:
 def define_device_cuts(cand: Candidates, cols: Columns) -> Block:
     """Chvatal-Gomory cuts of the device rows: sum_{pools on k, t >= d} floor(t / d) * x <= floor(N_k / d)
     for every device type k and every tp d > 1 of its pools with N_k % d != 0 (a valid inequality per
-    device type).
+    device type), over the same instance counts as the device rows (instance_units).
 
     Valid: divide sum t * x <= N_k by d, round every coefficient down (x >= 0) and then the right-hand side
     (the left-hand side is an integer). With N_k % d == 0 the cut is implied by the device row itself, so
@@ -285,8 +346,9 @@ def define_device_cuts(cand: Candidates, cols: Columns) -> Block:
     devices = cand.devices.reset_index(drop=True)
     # a purchasable type may reach its capacity (count + what may be bought): the cut holds at that N_k
     count = dict(zip(devices["device"], devices[_capacity_column(devices)].to_numpy(float), strict=True))
-    device = cand.pools["device"].to_numpy()
-    tp = cand.pools["tp"].to_numpy(int)
+    unit_cols, unit_pools = instance_units(cand, cols)
+    device = cand.pools["device"].to_numpy()[unit_pools]
+    tp = cand.pools["tp"].to_numpy(int)[unit_pools]
     rows, columns, vals, hi = [], [], [], []
     for k, n_k in count.items():
         on_k = device == k
@@ -295,7 +357,7 @@ def define_device_cuts(cand: Candidates, cols: Columns) -> Block:
                 continue
             hit = np.flatnonzero(on_k & (tp >= d))
             rows.append(np.full(len(hit), len(hi)))
-            columns.append(hit)
+            columns.append(unit_cols[hit])
             vals.append(np.floor(tp[hit] / d))
             hi.append(np.floor(n_k / d))
     if not hi:
@@ -412,14 +474,15 @@ def define_device_use(cand: Candidates, cols: Columns) -> Block:
         return _empty("device_use")
     devices = cand.devices.reset_index(drop=True)
     position = pd.Series(np.arange(len(devices)), index=devices["device"])
-    rows = position.loc[cand.pools["device"]].to_numpy()
+    unit_cols, unit_pools = instance_units(cand, cols)
+    rows = position.loc[cand.pools["device"].to_numpy()[unit_pools]].to_numpy()
     n = cols.n_used
     return Block(
         "device_use",
         n,
         np.concatenate([rows, np.arange(n)]),
-        np.concatenate([np.arange(cols.n_pools), cols.used_offset + np.arange(n)]),
-        np.concatenate([cand.pools["tp"].to_numpy(float), -np.ones(n)]),
+        np.concatenate([unit_cols, cols.used_offset + np.arange(n)]),
+        np.concatenate([cand.pools["tp"].to_numpy(float)[unit_pools], -np.ones(n)]),
         np.zeros(n),
         np.zeros(n),
     )
@@ -558,6 +621,7 @@ def churn_bounds(cand: Candidates, cols: Columns, hi: np.ndarray) -> np.ndarray:
     fit = np.floor(cand.pools["device"].map(devices["count"]).to_numpy(float) / tp)
     hi = hi.copy()
     hi[: cols.n_pools] = np.maximum(hi[: cols.n_pools], np.minimum(fit, previous_instances(cand)))
+    hi[cols.shape_offset :] = _shape_bounds(cols, hi[: cols.n_pools], _fit(cand))  # n[s] follows its x
     return hi
 
 
@@ -586,7 +650,7 @@ def column_bounds(
     pools, uses, classes = cand.pools, cand.uses, cand.classes
     devices = cand.devices.set_index("device")
     tp = pools["tp"].to_numpy(float)
-    fit = np.floor(pools["device"].map(devices[_capacity_column(devices)]).to_numpy(float) / tp)
+    fit = _fit(cand)
     rho = pools["rho"].to_numpy(float)
     load, traffic = pool_ceilings(cand)
     nic = pools["device"].map(devices["nic_gbps"]).to_numpy()
@@ -612,12 +676,29 @@ def column_bounds(
             np.full(cols.n_churn, INF),
             spare,
             devices[_capacity_column(devices)].to_numpy(float)[: cols.n_used],
+            _shape_bounds(cols, x_hi, fit),
         ]
     )
     integer = np.zeros(cols.size, dtype=bool)
     integer[: cols.n_pools] = True
-    integer[cols.buy_offset :] = True  # b[k] and u[k]
+    integer[cols.buy_offset :] = True  # b[k], u[k] and n[s]
     return lo, hi, integer
+
+
+def _fit(cand: Candidates) -> np.ndarray:
+    """Per pool: how many of its instances fit on every device of its type (count plus purchasable)."""
+    devices = cand.devices.set_index("device")
+    tp = cand.pools["tp"].to_numpy(float)
+    return np.floor(cand.pools["device"].map(devices[_capacity_column(devices)]).to_numpy(float) / tp)
+
+
+def _shape_bounds(cols: Columns, x_hi: np.ndarray, fit: np.ndarray) -> np.ndarray:
+    """n[s] in [0, min(sum of its pools' x bounds, N_k // t)] (the pools of a shape share device and tp)."""
+    member = np.flatnonzero(cols.shape >= 0)
+    summed = np.bincount(cols.shape[member], weights=x_hi[member], minlength=cols.n_shapes)
+    fits = np.full(cols.n_shapes, INF)
+    np.minimum.at(fits, cols.shape[member], fit[member])
+    return np.minimum(summed, fits)
 
 
 def _capacity_column(devices: pd.DataFrame) -> str:
@@ -647,15 +728,24 @@ def build_matrix(cand: Candidates, strengthen: bool = True) -> tuple[MatrixForm,
     """Stack every constraint family into one CSR matrix, in the order of docs/formulation.md.
 
     `strengthen=False` builds the plain model (no coefficient strengthening, no tightened flow bounds, no
-    valid inequalities): the same integer points and optima, a weaker LP relaxation; tests compare the two.
+    valid inequalities, no shape columns n[s]): the same integer points and optima, a weaker LP relaxation;
+    tests compare the two. The shape columns come last, so the plain model's columns are a prefix.
     """
     objective = cand.request.options.objective
     churn_keys = pool_keys(cand) if cand.churn is not None else None
     n_churn = 0 if churn_keys is None else int(churn_keys.max(initial=-1)) + 1
     has_phi = objective == "max_min_fraction"
     n_used = len(cand.devices) if cand.request.options.budget_per_hour is not None else 0
+    shape = shape_numbers(cand) if strengthen else np.full(len(cand.pools), -1)
     cols = Columns(
-        len(cand.pools), len(cand.uses), chain_columns(cand), has_phi, n_churn, purchasable(cand), n_used
+        len(cand.pools),
+        len(cand.uses),
+        chain_columns(cand),
+        has_phi,
+        n_churn,
+        purchasable(cand),
+        n_used,
+        shape,
     )
     blocks = [
         define_capacity(cand, cols, strengthen),
@@ -668,6 +758,7 @@ def build_matrix(cand: Candidates, strengthen: bool = True) -> tuple[MatrixForm,
         define_fairness(cand, cols),
         define_churn(cand, cols),
         define_device_use(cand, cols),
+        define_shapes(cand, cols),
     ]
     if strengthen:  # valid inequalities (docs/formulation.md, "Strengthening"): they cut fractional x only
         blocks += [define_linking(cand, cols), define_device_cuts(cand, cols)]
