@@ -224,9 +224,10 @@ def flow_tiers(uses: pd.DataFrame, classes: pd.DataFrame, keyed: bool) -> pd.Dat
     t_kv = transfer_ms(kv, pairs["bw_gbps"].to_numpy(), pairs["decode_bw"].to_numpy())
     reaches = pairs["ttft_ms"].to_numpy() + t_kv <= slo * (1 + 1e-12)
     reach = pairs[reaches].assign(t_kv_ms=t_kv[reaches])
-    # one prefill use per tier it reaches: level j sends only to tiers 0..j, so its slowest transfer
-    # (t_kv_ms) is tier j's, and a use that may skip the slow destinations is admitted at more load
-    levels = reach[["w", "device", "tp", "batch", "key", "tier", "t_kv_ms", "decode_bw"]]
+    # the level is the last tier reached; its transfer is the slowest one the prefill use may make
+    by_use = ["w", "device", "tp", "batch", "key"]
+    worst = reach.sort_values("tier", kind="stable").groupby(by_use, as_index=False).last()
+    levels = worst[["w", "device", "tp", "batch", "key", "tier", "t_kv_ms", "decode_bw"]]
     prefill = prefill.merge(levels, on=["w", "device", "tp", "batch"]).rename(columns={"tier": "level"})
     prefill["tier"] = -1
     others = uses[uses["role"] != "prefill"].assign(level=-1, t_kv_ms=0.0, decode_bw=np.inf)
@@ -262,7 +263,7 @@ def drop_dominated_pools(pools: pd.DataFrame, uses: pd.DataFrame) -> tuple[pd.Da
         & (pairs["level_a"] >= pairs["level_b"])
         & (pairs["nic_rho_a"] >= pairs["nic_rho_b"] * (1 - 1e-12))
     )
-    # a use of B counts once however many uses of A (one per prefill level) cover it
+    # a use of B counts once however many uses of A cover it
     covered_uses = pairs[covers].drop_duplicates(["pool_a", "use_b"])
     covered = covered_uses.groupby(["pool_a", "pool_b"]).size().rename("covered").reset_index()
     n_uses = uses.groupby("pool").size()

@@ -155,14 +155,13 @@ def headroom_levels(
     options = request.options
     if options.capacity_model == "flat":
         rho = flat_headroom(options)
-        # v1: NIC rows not derated, one mix per shape, each prefill use at the last KV tier it reaches
-        uses = useful_kv_levels(uses.assign(use_rho=rho, mix=0)).drop(columns="use_rho")
-        return uses.assign(rho=rho, nic_rho=1.0, kv_slack_ms=0.0, nic_u=0.0)
+        # v1: NIC rows not derated, one mix per shape
+        return uses.assign(rho=rho, nic_rho=1.0, kv_slack_ms=0.0, nic_u=0.0, mix=0)
     uses = mix_groups(uses, classes)
     uses = admissible_loads(uses, classes, book, options)
     # once more over the uses that remain: a class that can never use a pool shape (its SLO is out of
     # reach there) no longer lengthens the FIFO waits (share, kv_share) of those that can
-    uses = useful_kv_levels(useful_mixes(admissible_loads(uses, classes, book, options)))
+    uses = useful_mixes(admissible_loads(uses, classes, book, options))
     base = ["owner", "role", "device", "tp", "batch", "mix"]
     levels = uses[[*base, "use_rho"]].drop_duplicates().rename(columns={"use_rho": "rho"})
     expanded = uses.merge(levels, on=base)
@@ -177,7 +176,6 @@ def headroom_levels(
 MAX_MIXES = 3
 MIX_RATIO = 1.25
 MIX_GAIN = 1.5  # useful_mixes
-KV_LEVEL_GAIN = 1.5  # useful_kv_levels
 
 
 def mix_groups(uses: pd.DataFrame, classes: pd.DataFrame) -> pd.DataFrame:
@@ -227,24 +225,6 @@ def useful_mixes(uses: pd.DataFrame) -> pd.DataFrame:
     useful = others.groupby([*shape, "mix"])["gain"].transform("any").to_numpy()
     keep = np.zeros(len(uses), dtype=bool)
     keep[others["index"].to_numpy()] = useful | (others["mix"].to_numpy() == 0)
-    return uses[keep].reset_index(drop=True)
-
-
-def useful_kv_levels(uses: pd.DataFrame) -> pd.DataFrame:
-    """Keep a prefill use at KV level j (it sends only to decode tiers 0..j, so its slowest transfer is
-    tier j's) only where it is admitted at KV_LEVEL_GAIN times the load of every higher level of the same
-    (class, pool shape, mix, key), and always the highest level. A lower level that gains less is not
-    worth its columns: the higher one reaches more decode pools, and every new headroom it brings is one
-    more near-twin pool for the MILP (on paper.json, keeping every gain took the goodput MIP past 10 s)."""
-    group = ["owner", "role", "device", "tp", "batch", "mix", "w", "key"]
-    uses = uses.reset_index(drop=True)
-    prefill = uses["role"].to_numpy() == "prefill"
-    ranked = uses[prefill].sort_values("level", ascending=False, kind="stable")
-    running = ranked.assign(best=ranked.groupby(group)["use_rho"].cummax())
-    above = running.groupby(group)["best"].shift(1).to_numpy(float)
-    keep = np.ones(len(uses), dtype=bool)
-    best_above = np.nan_to_num(above, nan=-1.0)
-    keep[ranked.index.to_numpy()] = ranked["use_rho"].to_numpy() >= KV_LEVEL_GAIN * best_above + 1e-9
     return uses[keep].reset_index(drop=True)
 
 

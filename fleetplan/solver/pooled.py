@@ -24,7 +24,7 @@ import time
 import numpy as np
 
 from fleetplan.models.plan import PlanRequest, StageRecord
-from fleetplan.solver.backends import Sense, get_backend
+from fleetplan.solver.backends import Sense, SolveResult, get_backend
 from fleetplan.solver.candidates import Candidates
 from fleetplan.solver.deadline import Deadline
 from fleetplan.solver.formulation import MatrixForm
@@ -57,7 +57,7 @@ def pool_credit(
     cols, values = outcome.columns, outcome.values
     x = np.round(values[: cols.n_pools]).astype(np.int64)
     flow = values[cols.use_offset : cols.chain_offset]
-    rho = _pooled_pool_rho(request, cand, x, flow)
+    rho = _pooled_pool_rho(cand, x, flow)
     if rho is None:
         return cand, outcome
     new_rho, blocked = rho
@@ -72,8 +72,20 @@ def pool_credit(
     if not result.has_solution or result.objective is None or result.objective <= before * (1 + MIN_GAIN):
         return cand, outcome
     ms = (time.perf_counter() - began) * 1e3
+    new_outcome = dataclasses.replace(
+        outcome,
+        values=result.values,
+        solve_ms=outcome.solve_ms + ms,
+        stages=(*outcome.stages, _record(outcome, result, ms)),
+    )
+    pools = cand.pools.assign(rho=new_rho, pooled=np.where(raised, x, 1))
+    return dataclasses.replace(cand, pools=pools), new_outcome
+
+
+def _record(outcome: Outcome, result: SolveResult, ms: float) -> StageRecord:
+    """The pass's StageRecord: step "pooled", the goodput LP, timed from the end of the MILP's last call."""
     ended = outcome.stages[-1].ended_ms if outcome.stages else outcome.build_ms
-    record = StageRecord(
+    return StageRecord(
         step="pooled",
         stage="goodput",
         kind="lp",
@@ -85,18 +97,10 @@ def pool_credit(
         gap=result.gap,
         nodes=result.nodes,
     )
-    pools = cand.pools.assign(rho=new_rho, pooled=np.where(raised, x, 1))
-    new_outcome = dataclasses.replace(
-        outcome,
-        values=result.values,
-        solve_ms=outcome.solve_ms + ms,
-        stages=(*outcome.stages, record),
-    )
-    return dataclasses.replace(cand, pools=pools), new_outcome
 
 
 def _pooled_pool_rho(
-    request: PlanRequest, cand: Candidates, x: np.ndarray, flow: np.ndarray
+    cand: Candidates, x: np.ndarray, flow: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray] | None:
     """(rho per pool, uses blocked at 0) with the pooled headroom of every pool of >= 2 instances; None
     when no pool gains."""
