@@ -80,3 +80,12 @@ def test_no_credit_when_the_deadline_leaves_too_little(scarce):
     assert pooled.pool_credit(scarce, cand, outcome, late) == (cand, outcome)
     credited = pooled.pool_credit(scarce, cand, outcome, Deadline.after(10.0))
     assert credited[1].stages[-1].step == "pooled"
+
+
+def test_the_summary_says_the_bound_is_the_milps_when_the_credit_served_more(scarce, monkeypatch):
+    from fleetplan.api.render import objective_text
+
+    credited = plan(scarce, with_baselines=False)
+    assert credited.slo_rps > credited.bound_rps  # the credit passed the MILP's bound
+    assert "(MILP; + pooled credit)" in objective_text(credited)
+    assert "pooled" not in objective_text(_without_credit(scarce, monkeypatch))

@@ -60,12 +60,20 @@ _OBJECTIVE_LABELS = {
 
 def objective_text(plan: Plan) -> str:
     """The bound, labelled with its units: "bound 45.94" for plain RPS, "(weighted objective 52.30, bound
-    52.30)" when a weight differs from 1 (slo_rps is then unweighted), else the objective solved."""
+    52.30)" when a weight differs from 1 (slo_rps is then unweighted), else the objective solved. A plan the
+    pooled credit raised (solver/pooled.py) says that the bound is the MILP's, which the credit may pass."""
+    credited = " (MILP; + pooled credit)" if _pooled(plan) else ""
     if plan.objective_unit in _OBJECTIVE_LABELS:
         label, digits = _OBJECTIVE_LABELS[plan.objective_unit]
-        text = f"{label} {_num(plan.objective_value, digits)}, bound {_num(plan.objective_bound, digits)}"
+        bound = f"bound {_num(plan.objective_bound, digits)}{credited}"
+        text = f"{label} {_num(plan.objective_value, digits)}, {bound}"
         return f" ({text})" if plan.objective_unit == "weighted_rps" else f"  |  {text}"
-    return f"  |  bound {_num(plan.bound_rps)}"
+    return f"  |  bound {_num(plan.bound_rps)}{credited}"
+
+
+def _pooled(plan: Plan) -> bool:
+    stages = plan.solver.stages if plan.solver is not None else None
+    return bool(stages) and stages[-1].step == "pooled"
 
 
 def summary_line(plan: Plan) -> str:
