@@ -73,10 +73,9 @@ def curve_book(points: pd.DataFrame) -> CurveBook:
     return CurveBook(groups, batches, values["ttft"], values["tbt"])
 
 
-def use_table(uses: pd.DataFrame, classes: pd.DataFrame, queue: list[str] | None = None) -> capacity.UseTable:
+def use_table(uses: pd.DataFrame, classes: pd.DataFrame) -> capacity.UseTable:
     """The capacity model's view of every use. A decode use's transfer is its class's slowest: from the
-    slowest prefill NIC that class may use; its KV reserve is the smallest of its class's prefill uses.
-    `queue`: the columns of the uses that share one FIFO queue (default: the pool shape and mix)."""
+    slowest prefill NIC that class may use; its KV reserve is the smallest of its class's prefill uses."""
     c = classes.loc[uses["w"]].reset_index(drop=True)
     # plan each class at a fraction of its tail probability: the promise is judged on finite windows
     epsilon = capacity.TAIL_MARGIN * (1.0 - c["percentile"].to_numpy(float) / 100.0)
@@ -104,17 +103,17 @@ def use_table(uses: pd.DataFrame, classes: pd.DataFrame, queue: list[str] | None
         own_bw=own,
         min_bw=min_bw,
         kv_slack_ms=np.zeros(len(uses)),
-        share=_share(uses, c, queue),
-        kv_share=_kv_share(uses, t_kv, queue),
+        share=_share(uses, c),
+        kv_share=_kv_share(uses, t_kv),
     )
 
 
-def _share(uses: pd.DataFrame, c: pd.DataFrame, queue: list[str] | None = None) -> np.ndarray:
+def _share(uses: pd.DataFrame, c: pd.DataFrame) -> np.ndarray:
     """Per use: the longest service (prefill: TTFT_q) or slot holding time (decode: steps x TBT_q;
-    colocated: TTFT_q + steps x TBT_q) among the classes that may share its pool (its shape and mix, or
-    `queue`), over its own."""
+    colocated: TTFT_q + steps x TBT_q) among the classes that may share its pool (its shape and mix), over
+    its own."""
     own = _holding_ms(uses, c)
-    shape = queue or _shape(uses)
+    shape = _shape(uses)
     longest = uses[shape].assign(own=own).groupby(shape)["own"].transform("max").to_numpy()
     return np.maximum(longest / np.maximum(own, 1e-9), 1.0)
 
@@ -134,10 +133,10 @@ def _shape(uses: pd.DataFrame) -> list[str]:
     return [*shape, "mix"] if "mix" in uses.columns else shape
 
 
-def _kv_share(uses: pd.DataFrame, t_kv: np.ndarray, queue: list[str] | None = None) -> np.ndarray:
+def _kv_share(uses: pd.DataFrame, t_kv: np.ndarray) -> np.ndarray:
     """Per use whose KV moves: the longest transfer among the classes that may share its pool shape (and so
-    its NIC, a FIFO server; or `queue`), over its own. A short prompt's transfer waits behind a long one's."""
-    shape = queue or _shape(uses)
+    its NIC, a FIFO server), over its own. A short prompt's transfer waits behind a long one's."""
+    shape = _shape(uses)
     longest = uses[shape].assign(t=t_kv).groupby(shape)["t"].transform("max").to_numpy()
     return np.where(t_kv > 0, np.maximum(longest / np.maximum(t_kv, 1e-9), 1.0), 1.0)
 
