@@ -152,6 +152,25 @@ def test_three_random_points_equal_single_plans(budget_sweep):
         assert point.baselines.gpu_only.slo_rps == pytest.approx(single.baselines.gpu_only.slo_rps, abs=1e-6)
 
 
+def test_budgets_from_the_fleet_cost_up_take_one_solve_and_a_plateau_another():
+    """Fleet cost 4 small x 1 + 1 big x 3 = 7 $/h: the budgets 7, 9 and 12 constrain nothing, so one solve
+    answers all three. 6.5 $/h buys 3 small + 1 big (20 RPS for 6 $/h), which is also the plan at 6: in
+    falling order that plateau is one solve. Every point is still its own single plan."""
+    base = two_types(small={"max_count": 4}, big={"max_count": 1})
+    budgets = [0, 2, 4, 6, 6.5, 7, 9, 12]
+    request = whatif(base, {"param": "budget_per_hour", "values": budgets}, marginal=False, baselines=False)
+    result = run_whatif(request)
+    assert result.solver.solves == 5  # 12 (for 7, 9, 12), 6.5 (for 6 and 6.5), 4, 2, 0
+    assert result.solver.reused == 3
+    assert [p.reused for p in result.points] == [False, False, False, True, False, True, True, False]
+    assert [p.slo_rps for p in result.points] == pytest.approx([0, 8, 16, 20, 20, 24, 24, 24], abs=1e-6)
+    for point in result.points:
+        single = plan(variant(base, point.coords), with_baselines=False)
+        assert point.slo_rps == pytest.approx(single.slo_rps, abs=1e-6)
+        assert point.cost_per_hour == pytest.approx(single.cost_per_hour, abs=1e-6)
+        assert point.devices == {d.name: d.used for d in single.devices}
+
+
 def test_count_and_price_grid_points_equal_single_plans():
     """Shared candidates with per-point device rows and prices: each point as its own plan."""
     base = two_types(big={"count": 1}, budget=6.0)

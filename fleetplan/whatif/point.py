@@ -1,20 +1,19 @@
 """One grid point: its request, its plan (warm-started, or provably another budget's plan), its summary.
 
-A PointSolver runs the points one executor task owns, in rising budget order, and keeps every plan it
+A PointSolver runs the points one executor task owns, in falling budget order, and keeps every plan it
 solved. Two exact shortcuts make a budget sweep cheap, neither of which changes any answer:
 
 - a plan solved under budget B that costs C is also the plan under every budget in [C, B]: it is feasible
-  there, and no plan there can beat it, since every such plan was feasible under B too (reuse; the
-  highest budget is solved before the tasks start, service.seed_top_budget, so this covers every budget
-  above the unconstrained plan's cost);
+  there, and no plan there can beat it, since every such plan was feasible under B too (reuse). When B is
+  at least the fleet's cost (every device at its capacity, fleet_cost) the budget row cuts nothing off,
+  so the plan answers every budget from C up (service.task_chunks gives those points one task);
 - a plan is a feasible start for another point when that point's bounds keep it (warm start), which
   replaces the relaxations and the sub-MIP of optimize() (solver.optimize.optimize_from).
 
-A task runs its points in rising budget order, so that the previous point's plan is a feasible start
-for the next, and even a solve cut short by its time limit never serves less than a lower budget of its
-task did. (Falling order was measured too, bench/README.md: it lets a plan answer the task's lower points
-down to its cost, but on paper.json only the cheap points below 7 $/h are answered that way, and the
-costly points lose their warm start.)
+A task runs its points in falling budget order, so that each plan answers the task's lower points down to
+its cost: on paper.json every plateau of the curve (two grid points with one optimum) costs one solve.
+(Rising order, the order before, warm-starts each point from the plan below it instead; measured, that
+start saves nothing on paper.json, since HiGHS's proof, not the incumbent, takes the time: docs/whatif.md.)
 """
 
 import dataclasses
@@ -58,7 +57,6 @@ class SweepContext:
     coords: list[dict[str, float]]
     table: ProfileTable
     shared: Candidates | None
-    seed: dict = field(default_factory=dict)  # plans solved before the tasks start (PointSolver.plans)
 
 
 @dataclass(frozen=True)
@@ -98,10 +96,6 @@ class PointSolver:
     reused: int = 0
     built: int = 0
 
-    def __post_init__(self) -> None:
-        for key, entries in self.ctx.seed.items():
-            self.plans.setdefault(key, []).extend(entries)
-
     def point(self, index: int) -> Point:
         coords = self.ctx.coords[index]
         request = variant(self.ctx.request.base, coords)
@@ -124,12 +118,6 @@ class PointSolver:
             reused=solved.reused,
         )
 
-    def reusable(self, index: int) -> bool:
-        """Whether a kept plan already answers point `index` (its request but for the budget, a budget
-        in [the plan's cost, the budget it was solved under])."""
-        key, budget = _budget_key(variant(self.ctx.request.base, self.ctx.coords[index]))
-        return any(s.cost <= budget + 1e-9 and budget <= b for b, s in self.plans.get(key, []))
-
     def candidates_for(self, request: PlanRequest) -> Candidates:
         """The shared candidates with this request's devices and options, or candidates built for it
         (from the request with room for one more device per type, for the marginal values)."""
@@ -144,7 +132,7 @@ class PointSolver:
     def solve(self, request: PlanRequest, cand: Candidates, start: np.ndarray | None) -> Solved:
         """The plan of `request`: another budget's plan where provably the same, else a solve seeded
         with `start` or with the latest plan on these columns."""
-        key, budget = _budget_key(request)
+        key, budget = budget_key(request)
         for solved_budget, solved in self.plans.get(key, []):
             if solved.cost <= budget + 1e-9 and budget <= solved_budget:
                 self.reused += 1
@@ -155,7 +143,8 @@ class PointSolver:
         solved = solve_request(request, cand, start)
         solved = dataclasses.replace(solved, ms=(time.perf_counter() - began) * 1e3)
         self.solves += 1
-        self.plans.setdefault(key, []).append((budget, solved))
+        reach = np.inf if budget >= fleet_cost(request) - 1e-9 else budget
+        self.plans.setdefault(key, []).append((reach, solved))
         return solved
 
     def marginal(self, request: PlanRequest, cand: Candidates, solved: Solved) -> dict[str, float]:
@@ -192,7 +181,13 @@ class PointSolver:
         return best
 
 
-def _budget_key(request: PlanRequest) -> tuple[bytes, float]:
+def fleet_cost(request: PlanRequest) -> float:
+    """What every device at its capacity (owned plus purchasable) costs per hour: the most the budget row
+    can ever charge, so any budget from here up constrains nothing."""
+    return float(sum(d.cost_per_hour * d.capacity for d in request.devices))
+
+
+def budget_key(request: PlanRequest) -> tuple[bytes, float]:
     """The request without its budget (plans are reusable only between requests equal but for it), and
     the budget (inf when there is none)."""
     options = request.options
@@ -314,10 +309,10 @@ def point_baselines(cand: Candidates) -> PointBaselines:
 def solve_chunk(
     ctx: SweepContext, indices: list[int], done: Callable[[int], None] | None = None
 ) -> tuple[list[tuple[int, Point]], dict[str, int]]:
-    """One executor task: its points in rising budget order (each plan a feasible start for the next),
-    and counts of candidate builds, solves and reuses; `done(1)` after each point when given."""
+    """One executor task: its points in falling budget order (each plan answers the lower points down to
+    its cost), and counts of candidate builds, solves and reuses; `done(1)` after each point when given."""
     solver = PointSolver(ctx)
-    order = sorted(indices, key=lambda i: ctx.coords[i].get("budget_per_hour", 0.0))
+    order = sorted(indices, key=lambda i: -ctx.coords[i].get("budget_per_hour", 0.0))
     out = []
     for i in order:
         out.append((i, solver.point(i)))

@@ -1,7 +1,6 @@
 """run_whatif(request) -> WhatIfResult: the one service function the API and the CLI call, and the CSV."""
 
 import csv
-import dataclasses
 import io
 import time
 from collections.abc import Callable
@@ -11,8 +10,8 @@ from fleetplan.profiler.store import ProfileStore
 from fleetplan.solver.pipeline import resolve_profiles
 from fleetplan.whatif.executors import Executor, Serial, chunks_of
 from fleetplan.whatif.frontier import frontier
-from fleetplan.whatif.grid import grid
-from fleetplan.whatif.point import PointSolver, SweepContext, make_context, solve_chunk
+from fleetplan.whatif.grid import grid, variant
+from fleetplan.whatif.point import SweepContext, budget_key, fleet_cost, make_context, solve_chunk
 
 # chunks per worker: more balance the load, fewer keep more plans together for reuse and warm starts
 CHUNKS_PER_WORKER = 2
@@ -44,11 +43,10 @@ def run_whatif(
 
     if progress is not None:
         progress(0, len(coords))
-    ctx, seeded = seed_top_budget(ctx)
     tasks = max(1, executor.workers) * CHUNKS_PER_WORKER if executor.name != "serial" else 1
-    results = executor.run(solve_chunk, ctx, task_chunks(ctx, seeded, tasks), done)
+    results = executor.run(solve_chunk, ctx, task_chunks(ctx, tasks), done)
     points: list[Point | None] = [None] * len(coords)
-    counts = {"built": int(ctx.shared is not None) + seeded.built, "solves": seeded.solves, "reused": 0}
+    counts = {"built": int(ctx.shared is not None), "solves": 0, "reused": 0}
     for pairs, stats in results:
         for index, point in pairs:
             points[index] = point
@@ -71,31 +69,24 @@ def run_whatif(
     )
 
 
-def task_chunks(ctx: SweepContext, seeded: PointSolver, tasks: int) -> list[list[int]]:
-    """The executor's chunks: the points the seeded plans do not answer, sorted by their other
-    coordinates and then budget and cut into `tasks` contiguous chunks (executors.chunks_of), then one
-    chunk of the points the seeded plans answer (no solve: they would only unbalance the others). With
-    marginal values or baselines those points still cost solves, so then every point is chunked."""
+def task_chunks(ctx: SweepContext, tasks: int) -> list[list[int]]:
+    """The executor's chunks: the points whose budget is at least their fleet's cost (point.fleet_cost:
+    the budget cuts nothing off), one chunk per request but for the budget (one solve answers it all),
+    then the others sorted by their other coordinates and then budget and cut into `tasks` contiguous
+    chunks (executors.chunks_of), the highest budget first. With marginal values or baselines every
+    point costs solves, so then every point is cut into the `tasks` chunks."""
     budget = [c.get("budget_per_hour", 0.0) for c in ctx.coords]
-    cheap = ctx.seed and not ctx.request.marginal and not ctx.request.baselines
-    covered = [i for i in range(len(ctx.coords)) if seeded.reusable(i)] if cheap else []
-    taken = set(covered)
-    rest = [i for i in range(len(ctx.coords)) if i not in taken]
+    cheap = not ctx.request.marginal and not ctx.request.baselines
+    unbound: dict[bytes, list[int]] = {}
+    rest = []
+    for i, coords in enumerate(ctx.coords):
+        request = variant(ctx.request.base, coords) if cheap and "budget_per_hour" in coords else None
+        if request is not None and budget[i] >= fleet_cost(request) - 1e-9:
+            unbound.setdefault(budget_key(request)[0], []).append(i)
+        else:
+            rest.append(i)
     rest.sort(key=lambda i: ([v for k, v in ctx.coords[i].items() if k != "budget_per_hour"], budget[i]))
-    chunks = chunks_of(rest, tasks, budget.__getitem__) if rest else []
-    return [*chunks, covered] if covered else chunks
-
-
-def seed_top_budget(ctx: SweepContext) -> tuple[SweepContext, PointSolver]:
-    """Solve the highest-budget point once, here, and hand its plans (and its marginal plans) to every
-    task: each task would otherwise solve that most expensive point itself before reusing it below."""
-    seeder = PointSolver(ctx)
-    budgets = [c.get("budget_per_hour") for c in ctx.coords]
-    if ctx.shared is None or budgets[0] is None or len(ctx.coords) < 2:
-        return ctx, seeder
-    top = max(range(len(budgets)), key=lambda i: budgets[i])  # type: ignore[arg-type, return-value]
-    seeder.point(top)
-    return dataclasses.replace(ctx, seed=seeder.plans), seeder
+    return [*unbound.values(), *(chunks_of(rest, tasks, budget.__getitem__) if rest else [])]
 
 
 def to_csv(result: WhatIfResult) -> str:
