@@ -392,11 +392,12 @@ def test_warm_start_only_when_feasible():
         assert outcome.primary_value == pytest.approx(cold.primary_value, rel=1e-9)
 
 
-def test_chunks_are_contiguous_and_the_highest_budget_goes_first():
+def test_chunks_are_contiguous_of_about_equal_weight_and_the_highest_budget_goes_first():
     from fleetplan.whatif.executors import chunks_of
 
-    budgets = [0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0]
+    budgets = [0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0]  # weights 1 + budget: 1..7, 28 in all
     chunks = chunks_of(list(range(7)), 3, budgets.__getitem__)
-    assert chunks == [[5, 6], [3, 4], [0, 1, 2]]
+    assert chunks == [[6], [4, 5], [0, 1, 2, 3]]  # weights 7, 11, 10
+    assert chunks_of(list(range(4)), 2) == [[0, 1], [2, 3]]  # no budgets: equal counts
     assert sorted(i for chunk in chunks for i in chunk) == list(range(7))
     assert chunks_of([4, 2], 5) == [[4], [2]]  # never more chunks than points
