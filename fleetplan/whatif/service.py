@@ -71,16 +71,15 @@ def run_whatif(
 
 def task_chunks(ctx: SweepContext, tasks: int) -> list[list[int]]:
     """The executor's chunks: the points whose budget is at least their fleet's cost (point.fleet_cost:
-    the budget cuts nothing off), one chunk per request but for the budget (one solve answers it all),
-    then the others sorted by their other coordinates and then budget and cut into `tasks` contiguous
-    chunks (executors.chunks_of), the highest budget first. With marginal values or baselines every
-    point costs solves, so then every point is cut into the `tasks` chunks."""
+    the budget cuts nothing off), one chunk per request but for the budget (one solve answers them all,
+    and one per device type their marginal values), then the others sorted by their other coordinates
+    and then budget and cut into `tasks` contiguous chunks (executors.chunks_of), the highest budget
+    first."""
     budget = [c.get("budget_per_hour", 0.0) for c in ctx.coords]
-    cheap = not ctx.request.marginal and not ctx.request.baselines
     unbound: dict[bytes, list[int]] = {}
     rest = []
     for i, coords in enumerate(ctx.coords):
-        request = variant(ctx.request.base, coords) if cheap and "budget_per_hour" in coords else None
+        request = variant(ctx.request.base, coords) if "budget_per_hour" in coords else None
         if request is not None and budget[i] >= fleet_cost(request) - 1e-9:
             unbound.setdefault(budget_key(request)[0], []).append(i)
         else:
