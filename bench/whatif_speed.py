@@ -9,7 +9,9 @@ The baseline is `serial` (every point in this process, with the sweep's exact pl
 `naive` estimates what a loop of single `fleetplan.solver.plan()` calls would take (the mean of
 --naive-samples timed calls at random points, times the number of points). Every mode's points are
 checked against serial's (SLO RPS and cost within the MIP gap). The default executor is `processes`
-with one worker per CPU.
+with one worker per CPU. `cpu s` is this process's and its reaped children's CPU time over the mode (for
+Dask with its workers' start-up and shut-down): on a machine others share, compare it when wall times
+stretch.
 
 Writes bench/results/whatif_speed-<UTC timestamp>.json and whatif_speed-latest.json.
 """
@@ -18,6 +20,7 @@ import argparse
 import datetime as dt
 import os
 import random
+import resource
 import time
 from pathlib import Path
 
@@ -36,7 +39,15 @@ ROOT = Path(__file__).resolve().parent.parent
 GOAL_S = 5.0  # the issue's goal for 100 points of paper.json over 0..60 $/h with the default executor
 
 
-def _run(mode: str, request: WhatIfRequest, workers: int) -> tuple[WhatIfResult, float]:
+def _cpu_s() -> float:
+    """CPU seconds of this process and its reaped children (a pool's workers once it has shut down)."""
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+def _run(mode: str, request: WhatIfRequest, workers: int) -> tuple[WhatIfResult, float, float]:
+    """The sweep, its wall seconds and its CPU seconds (Dask's: with its workers' start-up and shut-down)."""
+    cpu = _cpu_s()
     began = time.perf_counter()
     if mode == "serial":
         result = run_whatif(request, Serial())
@@ -57,7 +68,9 @@ def _run(mode: str, request: WhatIfRequest, workers: int) -> tuple[WhatIfResult,
         ):
             began = time.perf_counter()  # the cluster's start-up is not the sweep's
             result = run_whatif(request, DaskCluster(client=client))
-    return result, time.perf_counter() - began
+            wall = time.perf_counter() - began
+        return result, wall, _cpu_s() - cpu
+    return result, time.perf_counter() - began, _cpu_s() - cpu
 
 
 def _agree(result: WhatIfResult, reference: WhatIfResult, gap: float) -> list[dict]:
@@ -110,13 +123,14 @@ def main() -> None:
     request = WhatIfRequest(base=base, axes=[axis], baselines=args.baselines, marginal=args.marginal)
     runs, reference = [], None
     for mode in args.modes:
-        result, wall = _run(mode, request, args.workers)
+        result, wall, cpu = _run(mode, request, args.workers)
         reference = reference or result
         runs.append(
             {
                 "mode": mode,
                 "workers": result.solver.workers,
                 "wall_s": wall,
+                "cpu_s": cpu,
                 "solves": result.solver.solves,
                 "reused": result.solver.reused,
                 "frontier": len(result.frontier),
@@ -129,16 +143,17 @@ def main() -> None:
     naive = _naive(request, args.naive_samples, args.seed)
     naive_s = float(np.mean(naive)) * args.num if naive else float("nan")
     serial = next((r["wall_s"] for r in runs if r["mode"] == "serial"), runs[0]["wall_s"])
-    head = f"{'mode':<10} {'workers':>7} {'wall s':>8} {'vs serial':>9} {'solves':>7} {'reused':>7}"
-    lines = [f"{head} {'time-limited':>12} {'disagree':>8}"]
+    head = f"{'mode':<10} {'workers':>7} {'wall s':>8} {'vs serial':>9} {'cpu s':>7}"
+    lines = [f"{head} {'solves':>7} {'reused':>7} {'time-limited':>12} {'disagree':>8}"]
     for r in runs:
         lines.append(
             f"{r['mode']:<10} {r['workers']:>7} {r['wall_s']:>8.2f} {serial / r['wall_s']:>8.2f}x "
-            f"{r['solves']:>7} {r['reused']:>7} {r['time_limited']:>12} {len(r['disagree_with_first']):>8}"
+            f"{r['cpu_s']:>7.1f} {r['solves']:>7} {r['reused']:>7} {r['time_limited']:>12} "
+            f"{len(r['disagree_with_first']):>8}"
         )
     lines.append(
-        f"{'naive':<10} {1:>7} {naive_s:>8.1f} {serial / naive_s:>8.2f}x  (estimated: {len(naive)} plan() "
-        f"calls, mean {np.mean(naive):.2f} s, x {args.num} points)"
+        f"{'naive':<10} {1:>7} {naive_s:>8.1f} {serial / naive_s:>8.2f}x {'':>7}  (estimated: "
+        f"{len(naive)} plan() calls, mean {np.mean(naive):.2f} s, x {args.num} points)"
     )
     default = next((r for r in runs if r["mode"] == "processes"), None)
     if default is not None:
