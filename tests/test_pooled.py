@@ -89,3 +89,36 @@ def test_the_summary_says_the_bound_is_the_milps_when_the_credit_served_more(sca
     assert credited.slo_rps > credited.bound_rps  # the credit passed the MILP's bound
     assert "(MILP; + pooled credit)" in objective_text(credited)
     assert "pooled" not in objective_text(_without_credit(scarce, monkeypatch))
+
+
+def test_credit_applies_to_a_pool_that_runs_every_instance_its_devices_allow(monkeypatch):
+    """A pool at its device limit: the MILP bounds its flows by `rho r x_hi` (formulation.column_bounds),
+    which the credit must lift with the headroom, or it is no credit there. One class far beyond what four
+    TPUs serve, colocated only: the plan runs all four and serves more than the MILP's headroom allows."""
+    from fleetplan.models.fleet import Device
+    from fleetplan.models.plan import Options, PlanRequest
+    from fleetplan.models.profile import ProfilesSpec
+    from fleetplan.models.workload import Slo, Workload
+
+    request = PlanRequest(
+        devices=[Device(name="tpu-v5e", count=4, memory_gib=16.0, cost_per_hour=1.2, network_gbps=25.0)],
+        workloads=[
+            Workload(
+                name="short",
+                model="mistral-7b",
+                prompt_tokens=128,
+                output_tokens=32,
+                rate_rps=500.0,
+                slo=Slo(ttft_ms=160.0, tbt_ms=40.0, percentile=90),
+            )
+        ],
+        profiles=ProfilesSpec(set="paper"),
+        options=Options(allow_disaggregated=False),
+    )
+    credited = plan(request, with_baselines=False)
+    milp = _without_credit(request, monkeypatch)
+    assert [(p.role, p.instances) for p in milp.pools] == [("colocated", 4)]
+    assert [s.step for s in credited.solver.stages][-1] == "pooled"
+    assert credited.slo_rps > 1.2 * milp.slo_rps
+    assert [(p.role, p.instances) for p in credited.pools] == [("colocated", 4)]
+    assert credited.pools[0].headroom > milp.pools[0].headroom

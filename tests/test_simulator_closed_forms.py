@@ -179,18 +179,27 @@ def test_several_instances_queue_per_instance_not_centrally(c):
     assert float((waits > t).mean()) > 1.3 * erlang
 
 
-@pytest.mark.parametrize(("c", "rho"), [(2, 0.5), (2, 0.8), (3, 0.5), (3, 0.8)])
-def test_pooled_wait_model_bounds_the_simulated_jsq_tail(c, rho):
+@pytest.mark.parametrize(
+    ("c", "rho", "duration_s"),
+    [(2, 0.5, 10_000.0), (2, 0.8, 10_000.0), (3, 0.5, 10_000.0), (3, 0.8, 10_000.0), (8, 0.8, 3_000.0)],
+)
+def test_pooled_wait_model_bounds_the_simulated_jsq_tail(c, rho, duration_s):
     """The capacity model's credit for c instances (solver/pooled.py): an arrival waits with the Erlang C
-    probability C(c, c rho) and then the single instance's conditional wait (exponential, rate (1 - rho) mu).
-    Against the simulator's JSQ it must be conservative at every t from 0 to 3 mean services, and strictly
-    below the single-instance tail (or it would be no credit at all)."""
-    measured, run = _replay(c, rho, 10_000.0, seed=2, service=ExponentialService(1 / MU))
+    probability C(c, c rho) and then an exponential wait of mean (1 / mu) queue_stretch(rho, c) =
+    (1 / mu) (1 + rho / (c (1 - rho))): its own server's residual and 1 / c of the pool's queue. Against the
+    simulator's JSQ it must be conservative at every t from 0 to 5 mean services, and strictly below the
+    single-instance tail rho exp(-(1 - rho) mu t) (or it would be no credit at all)."""
+    measured, run = _replay(c, rho, duration_s, seed=2, service=ExponentialService(1 / MU))
     waits = (run.t_start - run.arrival)[measured]
     pooled = float(capacity.pooled_wait_prob(np.array([rho]), np.array([c]))[0])
     assert pooled == pytest.approx(erlang_c(c, c * rho), rel=1e-9)
     assert pooled < rho
-    for t in (0.0, 0.1, 0.2, 0.3):
-        model = pooled * math.exp(-(1 - rho) * MU * t)
+    stretch = float(capacity.queue_stretch(np.array([rho]), np.array([c]))[0])
+    assert stretch == pytest.approx(1 + rho / (c * (1 - rho)))
+    assert float(capacity.queue_stretch(np.array([rho]), None)[0]) == pytest.approx(1 / (1 - rho))
+    for t in (0.0, 0.1, 0.2, 0.3, 0.5):
+        model = pooled * math.exp(-t * MU / stretch)
         simulated = float((waits > t).mean())
         assert simulated <= model, (t, simulated, model)
+        if t > 0:
+            assert model < rho * math.exp(-(1 - rho) * MU * t)

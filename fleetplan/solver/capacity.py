@@ -135,6 +135,21 @@ def pooled_wait_prob(busy: np.ndarray, servers: np.ndarray | None) -> np.ndarray
     return np.where(c > 1, np.where(busy < 1.0, pooled, 1.0), busy)
 
 
+def queue_stretch(rho: np.ndarray, servers: np.ndarray | None) -> np.ndarray:
+    """How many times its first free server's wait a request that must wait waits on average.
+
+    One instance (`servers` None or 1): 1 / (1 - rho), the M/G/1 (Pollaczek-Khinchine) and M/M/b forms,
+    whose conditional wait is the residual over 1 - rho. Behind join-shortest-queue over c instances
+    (docs/formulation.md, "Pools of several instances"): the request joins the shortest of c queues, so it
+    waits for its own instance to free once (the residual) and then for what is queued there, about 1 / c
+    of the pool's queue, whose mean in units of the residual is rho / (1 - rho) when every server is busy:
+    1 + rho / (c (1 - rho)). At c = 1 both forms agree; as c grows the wait tends to one residual (M/M/c
+    with a central queue would promise 1 / (c (1 - rho)), which the simulated JSQ tails exceed)."""
+    rho = np.minimum(rho, 1.0 - 1e-9)
+    c = 1 if servers is None else np.maximum(np.asarray(servers, dtype=np.int64), 1)
+    return 1.0 + rho / (c * (1.0 - rho))
+
+
 def erlang_c(servers: np.ndarray, load: np.ndarray) -> np.ndarray:
     """Probability of waiting in M/M/c with c = servers (integer array) and offered load a < c."""
     blocking = np.ones_like(load)
@@ -199,12 +214,13 @@ def batch_wait(
     (E[S(b)], `full_batch_mean`) may be passed in when the same uses are evaluated at many rates.
 
     `servers` (c >= 1 instances behind join-shortest-queue, each at `rate`): a request waits only when every
-    instance is busy, with the Erlang C probability C(c, c U) in place of U (`pooled_wait_prob`)."""
+    instance is busy, with the Erlang C probability C(c, c U) in place of U (`pooled_wait_prob`), and the
+    stretch is JSQ's, 1 + rho_b / (c (1 - rho_b)) (`queue_stretch`)."""
     mean, residual = moments(grid)
     busy = pooled_wait_prob(np.clip(rate * mean / (1e3 * n), 0.0, 1.0), servers)
     full_mean = full_batch_mean(curves, batch) if full_mean is None else full_mean
     rho_b = rate * full_mean / (1e3 * batch)
-    wait = share * residual / np.maximum(1.0 - rho_b, 1e-9)
+    wait = share * residual * queue_stretch(rho_b, servers)
     return np.where(rho_b < 1.0, busy, 1.0), np.where(rho_b < 1.0, wait, np.inf)
 
 
@@ -255,11 +271,12 @@ def prefill_admissible(
 def decode_tail(rate, tbt_grid, hold_ms, slots, steps, limit_ms, share=1.0, servers=None):
     """P(TPOT > limit) for one decode instance: TPOT = TBT + W / steps, W the M/M/b slot wait (with
     `servers` = c instances behind join-shortest-queue: waiting with the probability of c b slots all
-    held, `slot_wait_prob`, and then the single instance's conditional wait)."""
+    held, `slot_wait_prob`, and then for a slot of its own instance, `queue_stretch`)."""
     load = rate * hold_ms / 1e3
     ok = load < slots
     c = np.where(ok, slot_wait_prob(slots, load, servers), 1.0)
-    wait_mean = share * hold_ms / np.maximum(slots - load, 1e-9) / steps  # share: longest holder ahead
+    # share: longest holder ahead; a slot frees every hold / slots, stretched by what is queued
+    wait_mean = share * hold_ms / slots * queue_stretch(load / slots, servers) / steps
     return np.where(ok, tail(tbt_grid, limit_ms, c, wait_mean), 1.0)
 
 
@@ -424,7 +441,7 @@ def _colocated_waits(t: UseTable, curves, rate, grid, n, hold, slots, full_mean=
     prefill instance; prefill-first scheduling runs one batch at a time)."""
     load = rate * hold / 1e3
     slot_prob = slot_wait_prob(slots, load, t.servers)
-    slot_mean = t.share * hold / np.maximum(slots - load, 1e-9)
+    slot_mean = t.share * hold / slots * queue_stretch(load / slots, t.servers)
     busy, wait = batch_wait(rate, curves, t.batch, n, grid, t.share, full_mean, t.servers)
     return slot_prob, slot_mean, busy, np.where(np.isfinite(wait), wait, 1e12)
 

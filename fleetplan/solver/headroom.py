@@ -243,11 +243,10 @@ def admissible_loads(
     uses = uses.reset_index(drop=True)
     curves = book.curves(uses)
     t = capacity.with_kv_reserve(use_table(uses, classes), curves)
-    rho = np.clip(capacity.rates(t, curves, capacity.LEVELS) / t.rate, 0.0, 1.0)
+    rho = _on_grid(capacity.rates(t, curves, capacity.LEVELS) / t.rate, options)
     nic, usable = capacity.nic_caps(t)
     if options.max_utilization is not None:
-        rho, nic = np.minimum(rho, options.max_utilization), np.minimum(nic, options.max_utilization)
-    rho = np.floor(rho / LEVEL_STEP + 1e-9) * LEVEL_STEP
+        nic = np.minimum(nic, options.max_utilization)
     uses = uses.assign(kv_slack_ms=t.kv_slack_ms, nic_u=t.nic_u, use_rho=rho, nic_rho=nic)
     return uses[(rho >= capacity.RHO_MIN) & usable].reset_index(drop=True)
 
@@ -294,11 +293,16 @@ def _use_arrays(cand: "Candidates") -> tuple:
 def pooled_rho(cand: "Candidates", rows: np.ndarray, servers: np.ndarray) -> np.ndarray:
     """The admissible utilization of the uses at positions `rows` of cand.uses (on the LEVEL_STEP grid,
     capped by max_utilization) when each one's pool runs `servers` instances behind join-shortest-queue and
-    carries exactly these uses (`pool_queues`). Only the waits for a prefill batch and for a decode slot
-    pool over the instances (capacity.pooled_wait_prob, slot_wait_prob)."""
+    carries exactly these uses (`pool_queues`), at the NIC utilization the MILP planned for them. Only the
+    waits for a prefill batch and for a decode slot pool over the instances (capacity.pooled_wait_prob,
+    slot_wait_prob, queue_stretch)."""
     t, curves = pool_queues(cand, rows, servers)
-    rho = np.clip(capacity.rates(t, curves, capacity.LEVELS) / t.rate, 0.0, 1.0)
-    options = cand.request.options
+    return _on_grid(capacity.rates(t, curves, capacity.LEVELS) / t.rate, cand.request.options)
+
+
+def _on_grid(rho: np.ndarray, options: Options) -> np.ndarray:
+    """Admissible utilizations clipped to [0, 1], capped by max_utilization, rounded down to LEVEL_STEP."""
+    rho = np.clip(rho, 0.0, 1.0)
     if options.max_utilization is not None:
         rho = np.minimum(rho, options.max_utilization)
     return np.floor(rho / LEVEL_STEP + 1e-9) * LEVEL_STEP

@@ -62,7 +62,10 @@ def pool_credit(
         return cand, outcome
     new_rho, blocked = rho
     raised = new_rho > cand.pools["rho"].to_numpy(float) + 1e-12
-    form = _fixed_form(outcome.form, cols, np.round(values), new_rho, raised, blocked)
+    # a flow of a pool whose headroom rose is bounded by its class's demand (NaN: its bound stays)
+    demand = cand.classes["rate_rps"].to_numpy(float)[cand.uses["w"].to_numpy()]
+    flow_hi = np.where(raised[cand.uses["pool"].to_numpy()], demand, np.nan)
+    form = _fixed_form(outcome.form, cols, np.round(values), new_rho, raised, blocked, flow_hi)
     goodput = outcome.form.objectives["goodput"]
     limit = TIME_LIMIT_S if deadline is None else deadline.solver_time_limit(TIME_LIMIT_S)
     result = get_backend(options.solver).solve(
@@ -123,11 +126,19 @@ def _pooled_pool_rho(
 
 
 def _fixed_form(
-    form: MatrixForm, cols, integers: np.ndarray, rho: np.ndarray, raised: np.ndarray, blocked: np.ndarray
+    form: MatrixForm,
+    cols,
+    integers: np.ndarray,
+    rho: np.ndarray,
+    raised: np.ndarray,
+    blocked: np.ndarray,
+    flow_hi: np.ndarray,
 ) -> MatrixForm:
     """The MILP as an LP: every integer column fixed at its value in `integers` (the plan's vector, rounded),
-    the capacity rows at `rho`, the blocked uses at 0
-    and the linking rows of the pools whose headroom rose dropped (they bound flow by the old headroom)."""
+    the capacity rows at `rho`, the blocked uses at 0, and what bounds a flow by the old headroom dropped:
+    the linking rows and, in the pools whose headroom rose, the flow columns' bound `rho r x_hi`
+    (`formulation.column_bounds`; it binds where a pool runs every instance its devices allow), replaced by
+    `flow_hi` (per use: the class's demand; NaN where the bound stays)."""
     a = form.A.tolil(copy=True)
     row_lo, row_hi = form.row_lo.copy(), form.row_hi.copy()
     blocks = {name: (start, end) for name, start, end in form.row_blocks}
@@ -141,5 +152,7 @@ def _fixed_form(
     col_lo, col_hi = form.col_lo.copy(), form.col_hi.copy()
     fixed = np.flatnonzero(form.integer)
     col_lo[fixed] = col_hi[fixed] = integers[fixed]
+    flows = slice(cols.use_offset, cols.use_offset + len(flow_hi))
+    col_hi[flows] = np.where(np.isfinite(flow_hi), flow_hi, col_hi[flows])
     col_hi[cols.use_offset + np.flatnonzero(blocked)] = 0.0
     return dataclasses.replace(form, A=a.tocsr(), row_lo=row_lo, row_hi=row_hi, col_lo=col_lo, col_hi=col_hi)
