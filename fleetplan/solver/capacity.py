@@ -116,21 +116,25 @@ def tail(grid, limit, wait_prob, wait_mean, kv_prob=None, kv_mean=None) -> np.nd
     return np.where(limit[:, None] - grid < 0, 1.0, out) @ _W
 
 
+def _instances(servers: np.ndarray | None):
+    """Instances behind join-shortest-queue, at least 1 (None: one, the MILP's view)."""
+    return 1 if servers is None else np.maximum(np.asarray(servers, dtype=np.int64), 1)
+
+
 def slot_wait_prob(slots: np.ndarray, load: np.ndarray, servers: np.ndarray | None) -> np.ndarray:
     """Probability that an arrival finds every slot held: Erlang C over the b slots of one instance, or
     over the c b slots of c instances behind join-shortest-queue (offered load c a)."""
-    c = 1 if servers is None else np.maximum(np.asarray(servers, dtype=np.int64), 1)
+    c = _instances(servers)
     return erlang_c(slots * c, np.minimum(load * c, slots * c - 1e-9))
 
 
 def pooled_wait_prob(busy: np.ndarray, servers: np.ndarray | None) -> np.ndarray:
     """Probability that an arrival finds all of c instances busy when each is busy with probability `busy`:
-    Erlang C, C(c, c busy) (= busy at c = 1). Under join-shortest-queue an arrival waits only then; the
-    wait it then has is the single instance's (its queue's), which keeps the model above the simulated
-    JSQ tails (docs/formulation.md, "Pools of several instances")."""
+    Erlang C, C(c, c busy) (= busy at c = 1). Under join-shortest-queue an arrival waits only then; how
+    long it then waits is `queue_stretch`'s (docs/formulation.md, "Pools of several instances")."""
     if servers is None:
         return busy
-    c = np.maximum(np.asarray(servers, dtype=np.int64), 1)
+    c = _instances(servers)
     pooled = erlang_c(c, np.minimum(c * busy, c - 1e-9))
     return np.where(c > 1, np.where(busy < 1.0, pooled, 1.0), busy)
 
@@ -146,8 +150,7 @@ def queue_stretch(rho: np.ndarray, servers: np.ndarray | None) -> np.ndarray:
     1 + rho / (c (1 - rho)). At c = 1 both forms agree; as c grows the wait tends to one residual (M/M/c
     with a central queue would promise 1 / (c (1 - rho)), which the simulated JSQ tails exceed)."""
     rho = np.minimum(rho, 1.0 - 1e-9)
-    c = 1 if servers is None else np.maximum(np.asarray(servers, dtype=np.int64), 1)
-    return 1.0 + rho / (c * (1.0 - rho))
+    return 1.0 + rho / (_instances(servers) * (1.0 - rho))
 
 
 def erlang_c(servers: np.ndarray, load: np.ndarray) -> np.ndarray:

@@ -131,6 +131,11 @@ def _use_rate_coefficients(cand: Candidates) -> np.ndarray:
     return 1.0 / cand.uses["rate_rps"].to_numpy()
 
 
+def use_demand(cand: Candidates) -> np.ndarray:
+    """Per use (row of cand.uses): its class's demand lambda_w in requests/s."""
+    return cand.classes["rate_rps"].to_numpy(float)[cand.uses["w"].to_numpy()]
+
+
 def pool_ceilings(cand: Candidates) -> tuple[np.ndarray, np.ndarray]:
     """(D, T) per pool: the most load (sum_w f / r) and KV traffic (sum_w f * 8 S_w / 1e9) it can ever carry.
 
@@ -140,7 +145,7 @@ def pool_ceilings(cand: Candidates) -> tuple[np.ndarray, np.ndarray]:
     distinct (w, pool) of lambda_w / r[w, pool], T likewise with lambda_w * kv_gbit[w].
     """
     uses, pools = cand.uses, cand.pools
-    demand = cand.classes["rate_rps"].to_numpy(float)[uses["w"].to_numpy()]
+    demand = use_demand(cand)
     first = ~uses.duplicated(["w", "pool"]).to_numpy()
     pool = uses["pool"].to_numpy()[first]
     load = np.bincount(pool, weights=(demand / uses["rate_rps"].to_numpy())[first], minlength=len(pools))
@@ -322,7 +327,7 @@ def define_linking(cand: Candidates, cols: Columns) -> Block:
     """
     uses = cand.uses
     pool = uses["pool"].to_numpy()
-    demand = cand.classes["rate_rps"].to_numpy(float)[uses["w"].to_numpy()]
+    demand = use_demand(cand)
     per_instance = cand.pools["rho"].to_numpy(float)[pool] * uses["rate_rps"].to_numpy(float)
     small = np.flatnonzero(demand < per_instance * (1 - 1e-9))
     n = len(small)
@@ -647,7 +652,7 @@ def column_bounds(
     A flow is at most its class's demand and at most what the pool's capacity row allows at the cap
     (f / r <= rho * x <= rho * x_hi, the other flows being >= 0).
     """
-    pools, uses, classes = cand.pools, cand.uses, cand.classes
+    pools, uses = cand.pools, cand.uses
     devices = cand.devices.set_index("device")
     tp = pools["tp"].to_numpy(float)
     fit = _fit(cand)
@@ -659,7 +664,7 @@ def column_bounds(
     need = np.ceil(np.maximum(load / rho, nic_need) - 1e-9)
     x_hi = np.minimum(fit, need)
     pool = uses["pool"].to_numpy()
-    demand = classes["rate_rps"].to_numpy(float)[uses["w"].to_numpy()]
+    demand = use_demand(cand)
     f_hi = demand
     if strengthen:
         f_hi = np.minimum(demand, uses["rate_rps"].to_numpy(float) * rho[pool] * x_hi[pool])

@@ -27,7 +27,7 @@ from fleetplan.models.plan import PlanRequest, StageRecord
 from fleetplan.solver.backends import Sense, SolveResult, get_backend
 from fleetplan.solver.candidates import Candidates
 from fleetplan.solver.deadline import Deadline
-from fleetplan.solver.formulation import MatrixForm
+from fleetplan.solver.formulation import MatrixForm, use_demand
 from fleetplan.solver.headroom import pooled_rho
 from fleetplan.solver.optimize import Outcome
 
@@ -57,14 +57,12 @@ def pool_credit(
     cols, values = outcome.columns, outcome.values
     x = np.round(values[: cols.n_pools]).astype(np.int64)
     flow = values[cols.use_offset : cols.chain_offset]
-    rho = _pooled_pool_rho(cand, x, flow)
-    if rho is None:
+    credit = _pooled_pool_rho(cand, x, flow)
+    if credit is None:
         return cand, outcome
-    new_rho, blocked = rho
-    raised = new_rho > cand.pools["rho"].to_numpy(float) + 1e-12
+    new_rho, raised, blocked = credit
     # a flow of a pool whose headroom rose is bounded by its class's demand (NaN: its bound stays)
-    demand = cand.classes["rate_rps"].to_numpy(float)[cand.uses["w"].to_numpy()]
-    flow_hi = np.where(raised[cand.uses["pool"].to_numpy()], demand, np.nan)
+    flow_hi = np.where(raised[cand.uses["pool"].to_numpy()], use_demand(cand), np.nan)
     form = _fixed_form(outcome.form, cols, np.round(values), new_rho, raised, blocked, flow_hi)
     goodput = outcome.form.objectives["goodput"]
     limit = TIME_LIMIT_S if deadline is None else deadline.solver_time_limit(TIME_LIMIT_S)
@@ -104,9 +102,9 @@ def _record(outcome: Outcome, result: SolveResult, ms: float) -> StageRecord:
 
 def _pooled_pool_rho(
     cand: Candidates, x: np.ndarray, flow: np.ndarray
-) -> tuple[np.ndarray, np.ndarray] | None:
-    """(rho per pool, uses blocked at 0) with the pooled headroom of every pool of >= 2 instances; None
-    when no pool gains."""
+) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """(rho per pool, the pools whose rho rose, uses blocked at 0) with the pooled headroom of every pool
+    of >= 2 instances; None when no pool gains."""
     uses = cand.uses
     pool = uses["pool"].to_numpy()
     carrying = (flow > FLOW_EPS) & (x[pool] >= 2)
@@ -118,11 +116,11 @@ def _pooled_pool_rho(
     lowest = np.full(len(old), np.inf)
     np.minimum.at(lowest, pool[carrying], use_rho)
     new = np.where(np.isfinite(lowest), np.maximum(lowest, old), old)
-    if not (new > old + 1e-12).any():
+    raised = new > old + 1e-12
+    if not raised.any():
         return None
     # in a pool whose headroom rose, only the uses it was computed for may carry flow
-    blocked = (new[pool] > old[pool] + 1e-12) & ~carrying
-    return new, blocked
+    return new, raised, raised[pool] & ~carrying
 
 
 def _fixed_form(
