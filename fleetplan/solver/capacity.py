@@ -96,24 +96,110 @@ def moments(grid: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return mean, (grid**2 @ _W) / (2.0 * mean)
 
 
-def tail(grid, limit, wait_prob, wait_mean, kv_prob=None, kv_mean=None) -> np.ndarray:
-    """P(S + W + V > limit) for S on `grid`, W = 0 w.p. 1 - wait_prob else exponential of mean `wait_mean`,
-    and V (the KV queues, optional) likewise and independent: the sum of two exponentials is
-    hypoexponential, P(E1 + E2 > r) = (m1 e^{-r/m1} - m2 e^{-r/m2}) / (m1 - m2)."""
+def tail(grid, limit, wait_prob, wait_mean) -> np.ndarray:
+    """P(S + W > limit) for S on `grid` and W = 0 w.p. 1 - wait_prob, else exponential of mean `wait_mean`
+    (the decode slot wait: Erlang C's M/M/b form)."""
     r = np.maximum(limit[:, None] - grid, 0.0)
-    p1, m1 = wait_prob[:, None], np.maximum(wait_mean[:, None], 1e-12)
     with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
-        e1 = np.exp(-r / m1)
-        if kv_prob is None:
-            out = p1 * e1
-        else:
-            p2, m2 = kv_prob[:, None], np.maximum(kv_mean[:, None], 1e-12)
-            m2 = np.where(np.abs(m2 - m1) < 1e-9 * m1, m1 * (1 + 1e-6), m2)
-            e2 = np.exp(-r / m2)
-            both = (m1 * e1 - m2 * e2) / (m1 - m2)
-            out = p1 * (1 - p2) * e1 + p2 * (1 - p1) * e2 + p1 * p2 * both
+        out = wait_prob[:, None] * np.exp(-r / np.maximum(wait_mean[:, None], 1e-12))
     out = np.where(np.isfinite(out), np.clip(out, 0.0, 1.0), 1.0)
     return np.where(limit[:, None] - grid < 0, 1.0, out) @ _W
+
+
+@dataclass(frozen=True)
+class QueueWait:
+    """A FIFO queue's wait in Benes's form: none with probability 1 - prob; else the sum of N >= 1 residual
+    service times of scale x S, S the queue's service (`service`: its (n, G) grid, or (n, 1) for a
+    deterministic one), its residual the equilibrium excess of S, and N geometric with mean `stretch` (inf:
+    the queue is overloaded). For M/G/1 (prob = rho, stretch = 1 / (1 - rho), scale 1) it is the exact
+    waiting time; for exponential S it is zero-or-exponential of conditional mean scale E[S] stretch."""
+
+    prob: np.ndarray
+    stretch: np.ndarray
+    scale: np.ndarray
+    service: np.ndarray
+
+
+# A wait is computed on the window [0, limit] in WAIT_CELLS cells, each mass at its cell's upper end (so the
+# discrete wait is never shorter than the one it stands for). FFT_LENGTH >= 2 (WAIT_CELLS + 1) holds a
+# window and what one convolution adds to it; the damping factor DAMP^k makes the compound sums' mass
+# beyond FFT_LENGTH (aliased back by the circular transform) count at most 1e-12.
+WAIT_CELLS = 256
+FFT_LENGTH = 1024
+_DAMP = np.exp(-np.log(1e12) / FFT_LENGTH) ** np.arange(WAIT_CELLS + 1)
+
+
+def _grid_weights(grid: np.ndarray) -> np.ndarray:
+    """The probability of each column of a service grid: the normal grid's, or equal (one: deterministic)."""
+    return _W if grid.shape[1] == len(_W) else np.full(grid.shape[1], 1.0 / grid.shape[1])
+
+
+def residual_pmf(grid: np.ndarray, scale: np.ndarray, cell: np.ndarray) -> np.ndarray:
+    """(n, WAIT_CELLS + 1) distribution of scale x the residual of S on `grid`, in cells of `cell` ms (index
+    k: the mass in ((k - 1) cell, k cell]; beyond the window dropped). The residual of a service S is
+    uniform on [0, s] for s drawn with probability w s / E[S], so each grid point s adds a box of height
+    w / (scale E[S]) on [0, scale s]: a full cell gets w cell / (scale E[S]), the box's last one its part."""
+    n, cells, weights = grid.shape[0], WAIT_CELLS, _grid_weights(grid)
+    scale = np.maximum(np.broadcast_to(scale, (n,)), 1e-300)
+    mean = grid @ weights
+    some = mean > 0  # a service of 0 has a residual of 0: all its mass in cell 0
+    mean = np.where(some, mean, 1.0)
+    ends = np.where(some[:, None], scale[:, None] * grid / cell[:, None], 0.0)  # box ends, in cells
+    full = np.minimum(np.floor(ends), cells).astype(np.int64)
+    per_cell = weights[None, :] * (cell / (scale * mean))[:, None]
+    rows = np.repeat(np.arange(n) * (cells + 1), grid.shape[1]).reshape(grid.shape)
+    # full cells 0 .. full - 1: +per_cell from cell 0, -per_cell from cell `full` on (a running sum)
+    steps = np.bincount((rows + full).ravel(), (-per_cell).ravel(), n * (cells + 1)).reshape(n, cells + 1)
+    steps[:, 0] += per_cell.sum(axis=1)
+    part = np.where(full < cells, per_cell * (ends - full), 0.0)
+    parts = np.bincount((rows + full).ravel(), part.ravel(), n * (cells + 1))
+    mass = np.cumsum(steps, axis=1) + parts.reshape(n, cells + 1)
+    out = np.zeros((n, cells + 1))
+    out[:, 1:] = np.where(some[:, None], np.clip(mass[:, :cells], 0.0, None), 0.0)  # masses at upper ends
+    out[:, 0] = np.where(some, 0.0, 1.0)
+    return out
+
+
+def _exponential_pmf(prob: np.ndarray, mean: np.ndarray, cell: np.ndarray) -> np.ndarray:
+    """Zero w.p. 1 - prob, else exponential of `mean`, on `residual_pmf`'s cells (masses at upper ends)."""
+    edges = np.arange(WAIT_CELLS + 1) * cell[:, None]
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        survival = np.exp(-edges / np.maximum(mean, 1e-12)[:, None])
+    out = np.zeros_like(edges)
+    out[:, 0] = 1.0 - prob
+    out[:, 1:] = prob[:, None] * (survival[:, :-1] - survival[:, 1:])
+    return out
+
+
+def _wait_transform(wait: QueueWait, cell: np.ndarray) -> np.ndarray:
+    """The damped transform of a QueueWait on the window's cells: (1 - prob) + prob (1 - p) R / (1 - p R),
+    R the residual's and p = 1 - 1 / stretch (N geometric, P(N = k) = (1 - p) p^(k - 1))."""
+    residual = np.fft.rfft(residual_pmf(wait.service, wait.scale, cell) * _DAMP, FFT_LENGTH)
+    p = np.where(np.isfinite(wait.stretch), 1.0 - 1.0 / np.maximum(wait.stretch, 1.0), 0.0)[:, None]
+    prob = wait.prob[:, None]
+    return (1.0 - prob) + prob * (1.0 - p) * residual / (1.0 - p * residual)
+
+
+def queue_tail(grid, limit, waits, other=None) -> np.ndarray:
+    """P(S + W_1 + ... + V > limit) for S on `grid`, independent `QueueWait`s W_i and V (optional)
+    zero-or-exponential given as (probability, conditional mean).
+
+    On the window [0, limit] in WAIT_CELLS cells the waits' transforms multiply (`_wait_transform`);
+    P(S + W + V <= limit) is the cumulative distribution of their sum at limit - s, averaged over S's grid
+    (floored to a cell: conservative, as the masses are rounded up). 1 where a queue is overloaded."""
+    limit = np.asarray(limit, dtype=float)
+    cell = np.maximum(limit, 1e-9) / WAIT_CELLS
+    transform = np.fft.rfft(_exponential_pmf(*other, cell) * _DAMP, FFT_LENGTH) if other is not None else 1.0
+    overloaded = np.zeros(len(limit), dtype=bool)
+    for wait in waits:
+        transform = transform * _wait_transform(wait, cell)
+        overloaded |= ~np.isfinite(wait.stretch)
+    pmf = np.fft.irfft(transform, FFT_LENGTH)[:, : WAIT_CELLS + 1] / _DAMP
+    cdf = np.clip(np.cumsum(pmf, axis=1), 0.0, 1.0)
+    room = limit[:, None] - grid
+    at = np.clip(np.floor(room / cell[:, None]), 0, WAIT_CELLS).astype(np.int64)
+    within = np.where(room >= 0, np.take_along_axis(cdf, at, axis=1), 0.0) @ _W
+    return np.where(overloaded, 1.0, np.clip(1.0 - within, 0.0, 1.0))
 
 
 def _instances(servers: np.ndarray | None):
@@ -204,27 +290,27 @@ def batch_fixed_point(
 # --- prefill ----------------------------------------------------------------------------------------------
 
 
-def batch_wait(
-    rate, curves, batch, n, grid, share=1.0, full_mean=None, servers=None
-) -> tuple[np.ndarray, np.ndarray]:
-    """(probability, conditional mean ms) of waiting for the prefill batch in progress, batches of n* forming.
+def batch_wait(rate, curves, batch, n, grid, share=1.0, full_mean=None, servers=None) -> "QueueWait":
+    """The wait for the prefill batches ahead of a request, batches of n* forming (docs/formulation.md,
+    "Prefill").
 
     The instance is busy with probability U = rate E[S(n*)] / n* (identically 1 while n* is strictly
-    between 1 and b: greedy batching keeps a loaded server busy). A request then waits the batch's mean
-    residual r_b = E[S^2] / (2 E[S]), stretched by 1 / (1 - rho_b) for the queue that builds only once
-    batches are full, rho_b = rate E[S(b)] / b (the load against full-batch capacity). At b = 1 this is
-    Pollaczek-Khinchine; with b > 1 it keeps the batching gain that U alone would lose. `full_mean`
-    (E[S(b)], `full_batch_mean`) may be passed in when the same uses are evaluated at many rates.
+    between 1 and b: greedy batching keeps a loaded server busy). A request then waits N >= 1 residual batch
+    times (`QueueWait`), N geometric of mean 1 / (1 - rho_b): the queue builds only once batches are full,
+    rho_b = rate E[S(b)] / b (the load against full-batch capacity). At b = 1 this is the M/G/1 waiting time
+    exactly (Benes: P(W <= t) = (1 - rho) sum_k rho^k R^{*k}(t)); with b > 1 it keeps the batching gain that
+    U alone would lose. `full_mean` (E[S(b)], `full_batch_mean`) may be passed in when the same uses are
+    evaluated at many rates. `share` scales the residual (the longest class that may be ahead).
 
     `servers` (c >= 1 instances behind join-shortest-queue, each at `rate`): a request waits only when every
-    instance is busy, with the Erlang C probability C(c, c U) in place of U (`pooled_wait_prob`), and the
-    stretch is JSQ's, 1 + rho_b / (c (1 - rho_b)) (`queue_stretch`)."""
-    mean, residual = moments(grid)
+    instance is busy, with the Erlang C probability C(c, c U) in place of U (`pooled_wait_prob`), and N has
+    JSQ's mean, 1 + rho_b / (c (1 - rho_b)) (`queue_stretch`)."""
+    mean = grid @ _W
     busy = pooled_wait_prob(np.clip(rate * mean / (1e3 * n), 0.0, 1.0), servers)
     full_mean = full_batch_mean(curves, batch) if full_mean is None else full_mean
     rho_b = rate * full_mean / (1e3 * batch)
-    wait = share * residual * queue_stretch(rho_b, servers)
-    return np.where(rho_b < 1.0, busy, 1.0), np.where(rho_b < 1.0, wait, np.inf)
+    stretch = np.where(rho_b < 1.0, queue_stretch(rho_b, servers), np.inf)
+    return QueueWait(np.where(rho_b < 1.0, busy, 1.0), stretch, np.broadcast_to(share, stretch.shape), grid)
 
 
 def full_batch_mean(curves, batch) -> np.ndarray:
@@ -241,18 +327,16 @@ def prefill_tail(rate, curves, batch, limit_ms, kv=None, share=1.0, full_mean=No
 
 def prefill_state(rate, curves, batch, share=1.0, full_mean=None, servers=None) -> tuple:
     """What the TTFT tail of a prefill instance at `rate` needs and the limit does not change: the service
-    grid at the batch occupancy n* and the (probability, conditional mean) of the wait for a batch."""
+    grid at the batch occupancy n* and the wait for the batches ahead (`batch_wait`)."""
     n = batch_fixed_point(rate, curves, batch, np.zeros_like(rate))
     grid = service_grid(curves.at("ttft", n))
-    return (grid, *batch_wait(rate, curves, batch, n, grid, share, full_mean, servers))
+    return grid, batch_wait(rate, curves, batch, n, grid, share, full_mean, servers)
 
 
 def prefill_tail_at(state: tuple, limit_ms, kv=None) -> np.ndarray:
     """P(TTFT > limit) from a `prefill_state` (1 where the batches overload the instance)."""
-    grid, busy, wait = state
-    kv_prob, kv_mean = kv if kv is not None else (None, None)
-    prob = tail(grid, limit_ms, busy, np.where(np.isfinite(wait), wait, 1e12), kv_prob, kv_mean)
-    return np.where(np.isfinite(wait), prob, 1.0)
+    grid, wait = state
+    return queue_tail(grid, limit_ms, (wait, *(kv or ())))
 
 
 def prefill_admissible(
@@ -432,21 +516,20 @@ def _colocated_rates(t: UseTable, curves: Curves, levels: int | None) -> np.ndar
         hold = prefill_mean + t.steps * tbt_mean * stretch
         load = rate * hold / 1e3
         fits = (load < slots) & (stall <= stall_cap)
-        waits = _colocated_waits(t, curves, rate, grid, n, hold, slots, full_mean)
-        return fits & (tail(grid, t.ttft_slo - tbt_mean, *waits) <= t.epsilon)
+        slot, batch = _colocated_waits(t, curves, rate, grid, n, hold, slots, full_mean)
+        return fits & (queue_tail(grid, t.ttft_slo - tbt_mean, (batch,), slot) <= t.epsilon)
 
     return bisect_rate(ok, t.rate, levels)
 
 
 def _colocated_waits(t: UseTable, curves, rate, grid, n, hold, slots, full_mean=None) -> tuple:
-    """A colocated request's two waits before its prefill ends, as `tail()` takes them: a free slot (Erlang C
-    over the b slots, each held `hold` ms) and the prefill batch already running (`batch_wait`, as for a
-    prefill instance; prefill-first scheduling runs one batch at a time)."""
+    """A colocated request's two waits before its prefill ends, as `queue_tail` takes them: a free slot
+    ((probability, conditional mean): Erlang C over the b slots, each held `hold` ms) and the prefill batches
+    ahead (`batch_wait`, as for a prefill instance; prefill-first scheduling runs one batch at a time)."""
     load = rate * hold / 1e3
     slot_prob = slot_wait_prob(slots, load, t.servers)
     slot_mean = t.share * hold / slots * queue_stretch(load / slots, t.servers)
-    busy, wait = batch_wait(rate, curves, t.batch, n, grid, t.share, full_mean, t.servers)
-    return slot_prob, slot_mean, busy, np.where(np.isfinite(wait), wait, 1e12)
+    return (slot_prob, slot_mean), batch_wait(rate, curves, t.batch, n, grid, t.share, full_mean, t.servers)
 
 
 def md1_cap(service_ms: np.ndarray, allowance_ms: np.ndarray) -> np.ndarray:
@@ -472,8 +555,8 @@ def link_cap(hold_ms: np.ndarray, allowance_ms: np.ndarray, epsilon: np.ndarray)
     return np.where(ok(mean_cap), mean_cap, bisect_rate(ok, mean_cap))
 
 
-def kv_wait(t: UseTable) -> tuple[np.ndarray, np.ndarray]:
-    """(probability, conditional mean ms) of the KV queueing wait of a use, its two NICs at their caps."""
+def kv_wait(t: UseTable) -> tuple:
+    """The KV queueing waits of a use (two `QueueWait`s), its two NICs at their caps."""
     return _two_nic_wait(_nic_u(t), t.t_kv * t.kv_share)
 
 
@@ -486,12 +569,14 @@ def _mean_wait_nic_cap(t: UseTable) -> np.ndarray:
     return np.where(t.t_kv > 0, md1_cap(t.t_kv * t.kv_share, t.kv_slack_ms / KV_SERVERS), 0.0)
 
 
-def _two_nic_wait(u: np.ndarray, longest: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Two FIFO servers at utilization u whose longest transfer is D: each waits with probability u, mean
-    residual at most D / 2 over 1 - u; merged into one zero-or-exponential wait with the same mean."""
-    prob = 1.0 - (1.0 - u) ** 2
-    mean_total = 2.0 * u * (longest / 2.0) / np.maximum(1.0 - u, 1e-9)
-    return prob, np.where(prob > 0, mean_total / np.maximum(prob, 1e-12), 0.0)
+def _two_nic_wait(u: np.ndarray, longest: np.ndarray) -> tuple:
+    """The source and the destination NIC, FIFO servers at utilization u whose transfers are taken as the
+    longest, D: each wait is M/D/1's (a `QueueWait` of probability u, N of mean 1 / (1 - u), residuals
+    uniform on [0, D]; mean u (D / 2) / (1 - u), Pollaczek-Khinchine), the two independent."""
+    u = np.clip(u, 0.0, 1.0)
+    stretch = np.where(u < 1.0, 1.0 / np.maximum(1.0 - u, 1e-300), np.inf)
+    nic = QueueWait(u, stretch, np.ones_like(u), np.asarray(longest, dtype=float)[:, None])
+    return nic, nic
 
 
 def nic_caps(t: UseTable) -> tuple[np.ndarray, np.ndarray]:
@@ -574,8 +659,8 @@ def _predict_colocated(t: UseTable, curves: Curves, rate: np.ndarray) -> tuple[n
     stall = np.clip(rate * prefill_mean / (1e3 * n), 0.0, 1.0 - 1e-9)
     hold = prefill_mean + t.steps * tbt_mean / (1.0 - stall)
     slots = t.batch.astype(np.int64)
-    waits = _colocated_waits(t, curves, rate, grid, n, hold, slots)
+    slot, batch = _colocated_waits(t, curves, rate, grid, n, hold, slots)
     upper = 20.0 * (t.ttft_slo + t.ttft_q) + 1e3
-    ttft = bisect_limit(lambda lim: tail(grid, lim - tbt_mean, *waits), t.epsilon, upper)
+    ttft = bisect_limit(lambda lim: queue_tail(grid, lim - tbt_mean, (batch,), slot), t.epsilon, upper)
     overloaded = rate * hold / 1e3 >= slots
     return np.where(overloaded, np.nan, ttft), np.where(overloaded, np.nan, t.tbt_q / (1.0 - stall))
