@@ -239,16 +239,54 @@ def admissible_loads(
     uses: pd.DataFrame, classes: pd.DataFrame, book: "CurveBook", options: Options
 ) -> pd.DataFrame:
     """The queueing model's admissible utilization (`use_rho`, on the LEVEL_STEP grid), NIC cap and KV
-    reserve of every use; uses below RHO_MIN or whose NICs would throttle their pool are dropped."""
-    uses = uses.reset_index(drop=True)
+    reserve of every use; uses below RHO_MIN or whose NICs would throttle their pool are dropped.
+
+    A prefill use's level is the slowest decode tier its KV can reach within the SLO (flow_tiers), and its
+    KV queues are sized by that slowest transfer. One admitted nothing there falls back to the next faster
+    tier (`_faster_tier`), one tier at a time, until it is admitted or has none left: a class whose long
+    transfers to slow decoders leave no TTFT room may still prefill for the fast ones."""
+    uses = _admit(uses.reset_index(drop=True), classes, book, options)
+    while (lowered := _faster_tier(uses)) is not None:
+        uses = _admit(lowered, classes, book, options)
+    return uses[uses.pop("admitted").to_numpy()].reset_index(drop=True)
+
+
+def _admit(uses: pd.DataFrame, classes: pd.DataFrame, book: "CurveBook", options: Options) -> pd.DataFrame:
+    """`uses` with use_rho, nic_rho, nic_u, kv_slack_ms and `admitted` (use_rho >= RHO_MIN, NICs usable)."""
     curves = book.curves(uses)
     t = capacity.with_kv_reserve(use_table(uses, classes), curves)
     rho = _on_grid(capacity.rates(t, curves, capacity.LEVELS) / t.rate, options)
     nic, usable = capacity.nic_caps(t)
     if options.max_utilization is not None:
         nic = np.minimum(nic, options.max_utilization)
-    uses = uses.assign(kv_slack_ms=t.kv_slack_ms, nic_u=t.nic_u, use_rho=rho, nic_rho=nic)
-    return uses[(rho >= capacity.RHO_MIN) & usable].reset_index(drop=True)
+    admitted = (rho >= capacity.RHO_MIN) & usable
+    return uses.assign(kv_slack_ms=t.kv_slack_ms, nic_u=t.nic_u, use_rho=rho, nic_rho=nic, admitted=admitted)
+
+
+def _faster_tier(uses: pd.DataFrame) -> pd.DataFrame | None:
+    """`uses` with every prefill use that was not admitted at a level above 0 moved one tier faster (its
+    level, decode bandwidth and transfer time those of tier level - 1); None when there is none to move."""
+    move = (
+        (uses["role"] == "prefill").to_numpy() & ~uses["admitted"].to_numpy() & (uses["level"] > 0).to_numpy()
+    )
+    if not move.any():
+        return None
+    tiers = uses.loc[uses["role"] == "decode", ["w", "key", "tier", "bw_gbps"]].drop_duplicates(
+        ["w", "key", "tier"]
+    )
+    tiers = tiers.rename(columns={"tier": "level", "bw_gbps": "faster_bw"})
+    moved = uses.loc[move, ["w", "key", "level"]].assign(level=lambda f: f["level"] - 1)
+    faster = moved.merge(tiers, on=["w", "key", "level"], how="left")["faster_bw"].to_numpy(float)
+    exists = ~np.isnan(faster)  # (inf: a decode tier without a NIC)
+    rows, faster = np.flatnonzero(move)[exists], faster[exists]
+    if len(rows) == 0:
+        return None
+    uses = uses.copy()
+    uses.loc[rows, "level"] -= 1
+    uses.loc[rows, "decode_bw"] = faster
+    kv, own = uses.loc[rows, "kv_gbit"].to_numpy(float), uses.loc[rows, "bw_gbps"].to_numpy(float)
+    uses.loc[rows, "t_kv_ms"] = transfer_ms(kv, own, faster)
+    return uses
 
 
 def pool_queues(cand: "Candidates", rows: np.ndarray, servers: np.ndarray | None) -> tuple:
