@@ -19,10 +19,14 @@ import pandas as pd
 import pytest
 from scipy import integrate, optimize, stats
 
+from fleetplan import fixtures
+from fleetplan.models.codec import read_request
 from fleetplan.models.plan import Plan, PlanRequest
+from fleetplan.models.workload import Slo, Workload
 from fleetplan.profiler.latency import Z90, Z99
 from fleetplan.simulator import simulate
 from fleetplan.solver import capacity, plan
+from fleetplan.solver.candidates import build_candidates
 from fleetplan.solver.headroom import _kv_share, _share
 from fleetplan.solver.pipeline import resolve_profiles
 
@@ -384,33 +388,23 @@ def test_prefill_batch_one_deterministic_matches_the_closed_form(limit, epsilon,
     assert_conservative(got[0], prefill_rate_ref(d, limit, epsilon, share))
 
 
-def md1_wait_pmf(rho: float, service_ms: float, step: float, points: int) -> np.ndarray:
-    """M/D/1's waiting time on the grid k step (k < points): the atom 1 - rho at 0, then the increments of
-    Erlang's formula between grid points."""
-    cdf = np.array([md1_wait_cdf(k * step, rho, service_ms) for k in range(points)])
-    return np.diff(cdf, prepend=0.0)
-
-
 def prefill_kv_rate_ref(service_ms, slo_ms, t_kv, slack_ms, kv_share, epsilon):
-    """As prefill_rate_ref, with the KV cache moving afterwards: TTFT = W + D + t_kv + V1 + V2 <= slo - A,
-    where A = slack / 3 is the link's part of the reserve (taken off the limit) and V1, V2 are the two NICs'
-    M/D/1 waits at their caps, each behind transfers of D_kv = t_kv kv_share at the u whose mean wait
-    u (D_kv / 2) / (1 - u) = A. The three waits' distributions (Erlang's formula on a 0.02 ms grid) are
-    convolved directly (np.convolve); each step rounds a wait down by < 0.02 ms, so the reference tail is
-    a hair optimistic, and the model's must lie above it."""
+    """As prefill_rate_ref, with the KV cache moving afterwards: TTFT = W + D + t_kv + V <= slo - A, where
+    A = slack / 3 is the link's part of the reserve (taken off the limit) and V is one zero-or-exponential
+    term carrying the two NICs' M/D/1 waits at their caps: each NIC at the u with mean wait
+    u (D_kv / 2) / (1 - u) = A, D_kv = t_kv kv_share; V waits if either NIC is busy (1 - (1 - u)^2) and its
+    mean is the sum of the two mean waits, 2 A. W is M/D/1's wait (Erlang's formula), so P(W + V > r) is
+    md1_plus_exponential_sf."""
     allowance = slack_ms / 3
     u = md1_cap_ref(t_kv * kv_share, allowance)
+    kv_prob = 1 - (1 - u) ** 2
+    kv_mean = 2 * allowance / kv_prob
     room = slo_ms - allowance - t_kv - service_ms
-    step = 0.02
-    points = int(room / step) + 1
-    nic = md1_wait_pmf(u, t_kv * kv_share, step, points)
-    nics = np.convolve(nic, nic)[:points]
 
     def excess(busy):
-        total = np.convolve(md1_wait_pmf(busy, service_ms, step, points), nics)[:points]
-        return 1.0 - total.sum() - epsilon
+        return md1_plus_exponential_sf(room, busy, service_ms, kv_prob, kv_mean) - epsilon
 
-    return optimize.brentq(excess, 1e-9, 1.0 - 1e-9, xtol=1e-9) * 1e3 / service_ms
+    return optimize.brentq(excess, 1e-12, 1.0 - 1e-12, xtol=1e-15) * 1e3 / service_ms
 
 
 @pytest.mark.parametrize(("slo", "kv_share"), [(200.0, 1.0), (200.0, 2.0), (120.0, 1.0)])
@@ -727,22 +721,18 @@ def test_nic_caps_unusable_below_the_floor():
     assert usable.tolist() == [False, True]
 
 
-def test_kv_wait_is_two_md1_waits_behind_the_longest_transfer():
+def test_kv_wait_mean_is_the_sum_of_both_nics_md1_waits():
     t = use_table(
         4, t_kv=[8.0, 8.0, 30.0, 0.0], kv_slack_ms=[30.0, 30.0, 6.0, 30.0], kv_share=[1.0, 2.0, 1.0, 1.0]
     )
-    source, destination = capacity.kv_wait(t)
+    prob, mean = capacity.kv_wait(t)
     for i, (d, slack) in enumerate([(8.0, 30.0), (16.0, 30.0), (30.0, 6.0)]):
         u = md1_cap_ref(d, slack / capacity.KV_SERVERS)
-        for nic in (source, destination):
-            assert nic.prob[i] == pytest.approx(u, rel=1e-9)  # M/D/1: busy on arrival w.p. u
-            assert nic.stretch[i] == pytest.approx(1 / (1 - u), rel=1e-9)
-            assert nic.service[i].tolist() == [d]  # deterministic, the longest transfer
-            # mean wait: u residuals of D / 2, N of mean 1 / (1 - u): the NIC's third of the reserve
-            mean = nic.prob[i] * nic.scale[i] * (d / 2) * nic.stretch[i]
-            assert mean == pytest.approx(md1_mean_wait(u, d), rel=1e-9)
-            assert mean == pytest.approx(slack / capacity.KV_SERVERS, rel=1e-9)
-    assert source.prob[3] == 0.0
+        assert prob[i] == pytest.approx(1 - (1 - u) ** 2, rel=1e-9)  # either NIC busy on arrival
+        assert prob[i] * mean[i] == pytest.approx(2 * md1_mean_wait(u, d), rel=1e-9)
+        assert prob[i] * mean[i] == pytest.approx(2 * slack / capacity.KV_SERVERS, rel=1e-9)
+    assert prob[3] == 0.0
+    assert mean[3] == 0.0
 
 
 def _reserve_table(percentile: int) -> tuple[capacity.UseTable, capacity.Curves, float]:
@@ -1020,6 +1010,15 @@ def test_batch_wait_keeps_the_batching_gain():
     assert capacity.moments(grid)[1][0] * wait.stretch[0] == pytest.approx(
         (service / 2.0) / (1.0 - 200.0 * 12.0 / 4e3), rel=1e-6
     )
+    # b > 1: the residual is memoryless, so the wait is zero-or-exponential of that mean (`tail`'s form), to
+    # the cells' rounding and never below it
+    assert wait.memoryless[0]
+    limits = np.array([30.0, 45.0, 60.0])
+    grids, waits = np.repeat(grid, 3, axis=0), capacity.take_rows(wait, np.zeros(3, dtype=int))
+    exponential = capacity.tail(grids, limits, waits.prob, capacity.moments(grids)[1] * waits.stretch)
+    got = capacity.queue_tail(grids, limits, (waits,))
+    assert (got >= exponential - 1e-9).all()
+    np.testing.assert_allclose(got, exponential, atol=5e-3)
     # beyond full-batch capacity no finite wait
     over = np.array([400.0])
     n_over = capacity.batch_fixed_point(over, cv, np.array([4.0]), np.zeros(1))
@@ -1063,3 +1062,27 @@ def test_nic_utilization_trades_nic_cap_for_prefill_load_at_p99():
     assert np.all(carried >= carried_at_mean * (1 - 1e-9))  # never worse than the mean cap
     # the p90 use, whose KV waits fit at the mean cap, keeps it unless a lower one carries more
     assert chosen[1] <= mean_cap[1]
+
+
+def test_a_prefill_use_falls_back_to_a_faster_decode_tier():
+    """One p99 mistral-7b class with 1024-token prompts (TTFT SLO 600 ms) on the paper devices: sending its
+    KV cache into Inferentia2's 8 Gbit/s NICs takes 129 ms, and with the KV waits behind such transfers no
+    prefill load keeps p99.5 within the SLO. Into the 25 Gbit/s decoders (A6000, TPU v5e) it takes 43 ms:
+    the prefill uses fall back to that tier (level 0) and are admitted there, and the plan serves the class
+    (without the fallback it had no prefill use at all and served nothing)."""
+    base = read_request(fixtures.request_path("paper"))
+    counts = {"a6000ada": 2, "inf2": 4, "tpu-v5e": 5}
+    devices = [msgspec.structs.replace(d, count=counts[d.name]) for d in base.devices]
+    model = next(w.model for w in base.workloads if "mistral" in w.model)
+    slo = Slo(ttft_ms=600.0, tbt_ms=60.0, percentile=99)
+    workload = Workload(
+        name="long", model=model, prompt_tokens=1024, output_tokens=128, rate_rps=9.25, slo=slo
+    )
+    request = msgspec.structs.replace(base, devices=devices, workloads=[workload])
+    cand = build_candidates(request, resolve_profiles(request))
+    prefill = cand.uses[cand.uses["role"] == "prefill"]
+    assert len(prefill) > 0
+    assert (prefill["level"] == 0).all()
+    assert (prefill["decode_bw"] == 25.0).all()
+    assert prefill["t_kv_ms"].max() < 50.0
+    assert plan(request, with_baselines=False).slo_rps > 0.5

@@ -10,9 +10,11 @@ class's SLO still holds at its percentile q, with the waits included:
 - prefill (and the TTFT of a disaggregated request): one instance is a batch server without a batching
   timeout. Batches of n* requests form, where n* = clip(lambda S(n*), 1, b) (what arrives during one
   batch is the next batch); the instance is busy U = lambda E[S(n*)] / n*. Seen as an M/G/1 queue of
-  batches, a request waits with probability U, and then an exponential time of mean
-  r_b / (1 - U), r_b = E[S^2] / (2 E[S]) the mean residual batch time (Pollaczek-Khinchine; exact for
-  b = 1). TTFT = W + S + t_kv + W_kv must stay <= slo.ttft_ms with probability q.
+  batches, a request waits with probability U, and then N >= 1 residual batch times, N geometric of mean
+  1 / (1 - rho_b) (`QueueWait`, `queue_tail`): at b = 1 exactly the M/G/1 waiting time (Benes), computed
+  by FFT on the TTFT window; for b > 1 the residual is taken as memoryless (zero-or-exponential of mean
+  r_b / (1 - rho_b), r_b = E[S^2] / (2 E[S])). TTFT = W + S + t_kv + W_kv must stay <= slo.ttft_ms with
+  probability q.
 - decode: an instance has b slots held for (o - 1) steps of TBT(b): an M/G/b queue; a request waits for a
   slot with the Erlang C probability C(b, a) and then an exponential time of rate (b - a) / H. The wait
   stretches its mean inter-token gap: TPOT = TBT + W / (o - 1) <= slo.tbt_ms with probability q.
@@ -21,7 +23,8 @@ class's SLO still holds at its percentile q, with the waits included:
   request waits for a slot (Erlang C) and for the current step before its prefill.
 - KV transfers: every NIC and link is a FIFO server held for the whole transfer (M/D/1). A quarter of the
   TTFT slack and of the tail probability is reserved for these queues, split evenly over the source NIC,
-  the destination NIC and the link; the caps follow from the M/D/1 waiting tail.
+  the destination NIC and the link; the caps follow from the M/D/1 mean wait, and the two NIC waits join
+  the TTFT tail as one zero-or-exponential term of their summed mean.
 
 Tails are computed, not assumed: the service time is the profile's own distribution
 (`fleetplan.profiler.latency`, the one the simulator samples), integrated on a fixed grid of standard
