@@ -214,7 +214,7 @@ def test_one_instance_of_deterministic_service_is_the_md1_wait():
     measured, run = _replay(1, rho, 20_000.0, seed=4, service=ProfileService(deterministic=True))
     waits = (run.t_start - run.arrival)[measured]
     grid = capacity.service_grid(np.array([[1e3 * d] * 3]))
-    wait = (capacity.QueueWait(np.array([rho]), np.array([1 / (1 - rho)]), np.ones(1), grid),)
+    wait = capacity.QueueWait(np.array([rho]), np.array([1 / (1 - rho)]), np.ones(1), np.zeros(1, bool))
     for t in (0.0, 0.05, 0.1, 0.15):
         lam = rho / d
         below = (1 - rho) * sum(
@@ -238,13 +238,11 @@ def test_pooled_wait_model_bounds_the_simulated_jsq_tail_of_deterministic_servic
     waits = (run.t_start - run.arrival)[measured]
     grid = capacity.service_grid(np.array([[1e3 / MU] * 3]))
     servers = np.array([c])
-    wait = (
-        capacity.QueueWait(
-            capacity.pooled_wait_prob(np.array([rho]), servers),
-            capacity.queue_stretch(np.array([rho]), servers),
-            np.ones(1),
-            grid,
-        ),
+    wait = capacity.QueueWait(
+        capacity.pooled_wait_prob(np.array([rho]), servers),
+        capacity.queue_stretch(np.array([rho]), servers),
+        np.ones(1),
+        np.zeros(1, bool),
     )
     for t in (0.001, 0.05, 0.1, 0.15, 0.2, 0.3):
         model = float(capacity.queue_tail(grid, np.array([1e3 * (1 / MU + t)]), wait)[0])

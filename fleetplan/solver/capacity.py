@@ -99,12 +99,22 @@ def moments(grid: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return mean, (grid**2 @ _W) / (2.0 * mean)
 
 
-def tail(grid, limit, wait_prob, wait_mean) -> np.ndarray:
-    """P(S + W > limit) for S on `grid` and W = 0 w.p. 1 - wait_prob, else exponential of mean `wait_mean`
-    (the decode slot wait: Erlang C's M/M/b form)."""
+def tail(grid, limit, wait_prob, wait_mean, kv_prob=None, kv_mean=None) -> np.ndarray:
+    """P(S + W + V > limit) for S on `grid`, W = 0 w.p. 1 - wait_prob else exponential of mean `wait_mean`,
+    and V (the KV queues, optional) likewise and independent: the sum of two exponentials is
+    hypoexponential, P(E1 + E2 > r) = (m1 e^{-r/m1} - m2 e^{-r/m2}) / (m1 - m2)."""
     r = np.maximum(limit[:, None] - grid, 0.0)
+    p1, m1 = wait_prob[:, None], np.maximum(wait_mean[:, None], 1e-12)
     with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
-        out = wait_prob[:, None] * np.exp(-r / np.maximum(wait_mean[:, None], 1e-12))
+        e1 = np.exp(-r / m1)
+        if kv_prob is None:
+            out = p1 * e1
+        else:
+            p2, m2 = kv_prob[:, None], np.maximum(kv_mean[:, None], 1e-12)
+            m2 = np.where(np.abs(m2 - m1) < 1e-9 * m1, m1 * (1 + 1e-6), m2)
+            e2 = np.exp(-r / m2)
+            both = (m1 * e1 - m2 * e2) / (m1 - m2)
+            out = p1 * (1 - p2) * e1 + p2 * (1 - p1) * e2 + p1 * p2 * both
     out = np.where(np.isfinite(out), np.clip(out, 0.0, 1.0), 1.0)
     return np.where(limit[:, None] - grid < 0, 1.0, out) @ _W
 
@@ -112,32 +122,25 @@ def tail(grid, limit, wait_prob, wait_mean) -> np.ndarray:
 @dataclass(frozen=True)
 class QueueWait:
     """A FIFO queue's wait in Benes's form: none with probability 1 - prob; else the sum of N >= 1 residual
-    service times of scale x S, S the queue's service (`service`: its (n, G) grid, or (n, 1) for a
-    deterministic one), its residual the equilibrium excess of S, and N geometric with mean `stretch` (inf:
-    the queue is overloaded). For M/G/1 (prob = rho, stretch = 1 / (1 - rho), scale 1) it is the exact
-    waiting time; for exponential S it is zero-or-exponential of conditional mean scale E[S] stretch.
-    `memoryless` rows take the residual as exponential of its mean E[S^2] / (2 E[S]) (the wait is then
-    zero-or-exponential of the same mean: the batch wait of b > 1, `batch_wait`)."""
+    service times of scale x S (S the service on the request's own grid, its residual the equilibrium
+    excess with density P(S > x) / E[S]), N geometric with mean `stretch` (inf: the queue is overloaded).
+    For M/G/1 (prob = rho, stretch = 1 / (1 - rho), scale 1) it is the exact waiting time. `memoryless`
+    rows take the residual as exponential of its mean E[S^2] / (2 E[S]): the wait is then zero-or-exponential
+    of conditional mean scale E[S^2] / (2 E[S]) stretch (the batch wait of b > 1, `batch_wait`)."""
 
     prob: np.ndarray
     stretch: np.ndarray
     scale: np.ndarray
-    service: np.ndarray
-    memoryless: np.ndarray | None = None
+    memoryless: np.ndarray
 
 
-# A wait is computed on the window [0, limit] in WAIT_CELLS cells, each mass at its cell's upper end (so the
-# discrete wait is never shorter than the one it stands for). FFT_LENGTH >= 2 (WAIT_CELLS + 1) holds a
-# window and what one convolution adds to it; the damping factor DAMP^k makes the compound sums' mass
-# beyond FFT_LENGTH (aliased back by the circular transform) count at most 1e-12.
+# The exact wait is computed on the window [0, limit] in WAIT_CELLS cells, each mass at its cell's upper end
+# (so the discrete wait is never shorter than the one it stands for). The damping factor DAMP^k makes the
+# mass beyond FFT_LENGTH (aliased back onto the window by the circular transform) count at most 1e-12; undoing
+# it on the window multiplies round-off by at most 1e12^(WAIT_CELLS / FFT_LENGTH) = 1e6 (to ~1e-10).
 WAIT_CELLS = 256
-FFT_LENGTH = 1024
+FFT_LENGTH = 512
 _DAMP = np.exp(-np.log(1e12) / FFT_LENGTH) ** np.arange(WAIT_CELLS + 1)
-
-
-def _grid_weights(grid: np.ndarray) -> np.ndarray:
-    """The probability of each column of a service grid: the normal grid's, or equal (one: deterministic)."""
-    return _W if grid.shape[1] == len(_W) else np.full(grid.shape[1], 1.0 / grid.shape[1])
 
 
 def residual_pmf(grid: np.ndarray, scale: np.ndarray, cell: np.ndarray) -> np.ndarray:
@@ -145,14 +148,14 @@ def residual_pmf(grid: np.ndarray, scale: np.ndarray, cell: np.ndarray) -> np.nd
     k: the mass in ((k - 1) cell, k cell]; beyond the window dropped). The residual of a service S is
     uniform on [0, s] for s drawn with probability w s / E[S], so each grid point s adds a box of height
     w / (scale E[S]) on [0, scale s]: a full cell gets w cell / (scale E[S]), the box's last one its part."""
-    n, cells, weights = grid.shape[0], WAIT_CELLS, _grid_weights(grid)
+    n, cells = grid.shape[0], WAIT_CELLS
     scale = np.maximum(np.broadcast_to(scale, (n,)), 1e-300)
-    mean = grid @ weights
+    mean = grid @ _W
     some = mean > 0  # a service of 0 has a residual of 0: all its mass in cell 0
     mean = np.where(some, mean, 1.0)
     ends = np.where(some[:, None], scale[:, None] * grid / cell[:, None], 0.0)  # box ends, in cells
     full = np.minimum(np.floor(ends), cells).astype(np.int64)
-    per_cell = weights[None, :] * (cell / (scale * mean))[:, None]
+    per_cell = _W[None, :] * (cell / (scale * mean))[:, None]
     rows = np.repeat(np.arange(n) * (cells + 1), grid.shape[1]).reshape(grid.shape)
     # full cells 0 .. full - 1: +per_cell from cell 0, -per_cell from cell `full` on (a running sum)
     steps = np.bincount((rows + full).ravel(), (-per_cell).ravel(), n * (cells + 1)).reshape(n, cells + 1)
@@ -177,40 +180,46 @@ def _exponential_pmf(prob: np.ndarray, mean: np.ndarray, cell: np.ndarray) -> np
     return out
 
 
-def _wait_transform(wait: QueueWait, cell: np.ndarray) -> np.ndarray:
-    """The damped transform of a QueueWait on the window's cells: (1 - prob) + prob (1 - p) R / (1 - p R),
-    R the residual's and p = 1 - 1 / stretch (N geometric, P(N = k) = (1 - p) p^(k - 1))."""
-    pmf = residual_pmf(wait.service, wait.scale, cell)
-    if wait.memoryless is not None and wait.memoryless.any():
-        weights = _grid_weights(wait.service)
-        mean = wait.scale * (wait.service**2 @ weights) / np.maximum(2.0 * (wait.service @ weights), 1e-300)
-        pmf = np.where(wait.memoryless[:, None], _exponential_pmf(np.ones(len(cell)), mean, cell), pmf)
-    residual = np.fft.rfft(pmf * _DAMP, FFT_LENGTH)
-    p = np.where(np.isfinite(wait.stretch), 1.0 - 1.0 / np.maximum(wait.stretch, 1.0), 0.0)[:, None]
-    prob = wait.prob[:, None]
-    return (1.0 - prob) + prob * (1.0 - p) * residual / (1.0 - p * residual)
+def queue_tail(grid, limit, wait: QueueWait, other=None) -> np.ndarray:
+    """P(S + W + V > limit) for S on `grid`, W a `QueueWait` on S's residual and V (optional, independent)
+    zero-or-exponential given as (probability, conditional mean); 1 where the queue is overloaded.
 
-
-def queue_tail(grid, limit, waits, other=None) -> np.ndarray:
-    """P(S + W_1 + ... + V > limit) for S on `grid`, independent `QueueWait`s W_i and V (optional)
-    zero-or-exponential given as (probability, conditional mean).
-
-    On the window [0, limit] in WAIT_CELLS cells the waits' transforms multiply (`_wait_transform`);
-    P(S + W + V <= limit) is the cumulative distribution of their sum at limit - s, averaged over S's grid
-    (floored to a cell: conservative, as the masses are rounded up). 1 where a queue is overloaded."""
+    Memoryless rows: the closed form of two zero-or-exponential waits (`tail`). The others on the window
+    [0, limit] in WAIT_CELLS cells (`_compound_tail`)."""
     limit = np.asarray(limit, dtype=float)
+    overloaded = ~np.isfinite(wait.stretch)
+    memoryless = np.broadcast_to(wait.memoryless, overloaded.shape) | overloaded
+    out = np.ones(len(limit))
+    if memoryless.any():
+        m = memoryless
+        mean = wait.scale[m] * moments(grid[m])[1] * np.where(overloaded[m], 1.0, wait.stretch[m])
+        v = (None, None) if other is None else (other[0][m], other[1][m])
+        out[m] = tail(grid[m], limit[m], wait.prob[m], mean, *v)
+    if (~memoryless).any():
+        m = ~memoryless
+        v = None if other is None else (other[0][m], other[1][m])
+        out[m] = _compound_tail(grid[m], limit[m], take_rows(wait, m), v)
+    return np.where(overloaded, 1.0, out)
+
+
+def _compound_tail(grid, limit, wait: QueueWait, other) -> np.ndarray:
+    """queue_tail by transforms on [0, limit] in WAIT_CELLS cells: W's is (1 - prob) + prob (1 - p) R /
+    (1 - p R), R the damped transform of `residual_pmf` and p = 1 - 1 / stretch (N geometric, P(N = k) =
+    (1 - p) p^(k - 1)); V's is multiplied in; P(S + W + V <= limit) is the cumulative distribution of
+    W + V at limit - s, averaged over S's grid (floored to a cell: conservative, as masses are rounded up)."""
     cell = np.maximum(limit, 1e-9) / WAIT_CELLS
-    transform = np.fft.rfft(_exponential_pmf(*other, cell) * _DAMP, FFT_LENGTH) if other is not None else 1.0
-    overloaded = np.zeros(len(limit), dtype=bool)
-    for wait in waits:
-        transform = transform * _wait_transform(wait, cell)
-        overloaded |= ~np.isfinite(wait.stretch)
+    residual = np.fft.rfft(residual_pmf(grid, wait.scale, cell) * _DAMP, FFT_LENGTH)
+    p = (1.0 - 1.0 / np.maximum(wait.stretch, 1.0))[:, None]
+    prob = wait.prob[:, None]
+    transform = (1.0 - prob) + prob * (1.0 - p) * residual / (1.0 - p * residual)
+    if other is not None:
+        transform = transform * np.fft.rfft(_exponential_pmf(*other, cell) * _DAMP, FFT_LENGTH)
     pmf = np.fft.irfft(transform, FFT_LENGTH)[:, : WAIT_CELLS + 1] / _DAMP
     cdf = np.clip(np.cumsum(pmf, axis=1), 0.0, 1.0)
     room = limit[:, None] - grid
     at = np.clip(np.floor(room / cell[:, None]), 0, WAIT_CELLS).astype(np.int64)
     within = np.where(room >= 0, np.take_along_axis(cdf, at, axis=1), 0.0) @ _W
-    return np.where(overloaded, 1.0, np.clip(1.0 - within, 0.0, 1.0))
+    return np.clip(1.0 - within, 0.0, 1.0)
 
 
 def _instances(servers: np.ndarray | None):
@@ -325,7 +334,7 @@ def batch_wait(rate, curves, batch, n, grid, share=1.0, full_mean=None, servers=
     rho_b = rate * full_mean / (1e3 * batch)
     stretch = np.where(rho_b < 1.0, queue_stretch(rho_b, servers), np.inf)
     scale = np.broadcast_to(share, stretch.shape)
-    return QueueWait(np.where(rho_b < 1.0, busy, 1.0), stretch, scale, grid, np.asarray(batch) > 1)
+    return QueueWait(np.where(rho_b < 1.0, busy, 1.0), stretch, scale, np.asarray(batch) > 1)
 
 
 def full_batch_mean(curves, batch) -> np.ndarray:
@@ -351,7 +360,7 @@ def prefill_state(rate, curves, batch, share=1.0, full_mean=None, servers=None) 
 def prefill_tail_at(state: tuple, limit_ms, kv=None) -> np.ndarray:
     """P(TTFT > limit) from a `prefill_state` (1 where the batches overload the instance)."""
     grid, wait = state
-    return queue_tail(grid, limit_ms, (wait,), kv)
+    return queue_tail(grid, limit_ms, wait, kv)
 
 
 def prefill_admissible(
@@ -532,7 +541,7 @@ def _colocated_rates(t: UseTable, curves: Curves, levels: int | None) -> np.ndar
         load = rate * hold / 1e3
         fits = (load < slots) & (stall <= stall_cap)
         slot, batch = _colocated_waits(t, curves, rate, grid, n, hold, slots, full_mean)
-        return fits & (queue_tail(grid, t.ttft_slo - tbt_mean, (batch,), slot) <= t.epsilon)
+        return fits & (queue_tail(grid, t.ttft_slo - tbt_mean, batch, slot) <= t.epsilon)
 
     return bisect_rate(ok, t.rate, levels)
 
@@ -679,6 +688,6 @@ def _predict_colocated(t: UseTable, curves: Curves, rate: np.ndarray) -> tuple[n
     slots = t.batch.astype(np.int64)
     slot, batch = _colocated_waits(t, curves, rate, grid, n, hold, slots)
     upper = 20.0 * (t.ttft_slo + t.ttft_q) + 1e3
-    ttft = bisect_limit(lambda lim: queue_tail(grid, lim - tbt_mean, (batch,), slot), t.epsilon, upper)
+    ttft = bisect_limit(lambda lim: queue_tail(grid, lim - tbt_mean, batch, slot), t.epsilon, upper)
     overloaded = rate * hold / 1e3 >= slots
     return np.where(overloaded, np.nan, ttft), np.where(overloaded, np.nan, t.tbt_q / (1.0 - stall))

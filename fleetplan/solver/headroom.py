@@ -247,25 +247,47 @@ def admissible_loads(
     transfers to slow decoders leave no TTFT room may still prefill for the fast ones."""
     uses = _admit(uses.reset_index(drop=True), classes, book, options)
     while (lowered := _faster_tier(uses)) is not None:
-        uses = _admit(lowered, classes, book, options)
+        uses, moved = lowered
+        uses = _admit(uses, classes, book, options, moved)
     return uses[uses.pop("admitted").to_numpy()].reset_index(drop=True)
 
 
-def _admit(uses: pd.DataFrame, classes: pd.DataFrame, book: "CurveBook", options: Options) -> pd.DataFrame:
-    """`uses` with use_rho, nic_rho, nic_u, kv_slack_ms and `admitted` (use_rho >= RHO_MIN, NICs usable)."""
-    curves = book.curves(uses)
-    t = capacity.with_kv_reserve(use_table(uses, classes), curves)
+ADMITTED = ["kv_slack_ms", "nic_u", "use_rho", "nic_rho", "admitted"]
+
+
+def _admit(
+    uses: pd.DataFrame,
+    classes: pd.DataFrame,
+    book: "CurveBook",
+    options: Options,
+    rows: np.ndarray | None = None,
+) -> pd.DataFrame:
+    """`uses` with use_rho, nic_rho, nic_u, kv_slack_ms and `admitted` (use_rho >= RHO_MIN, NICs usable).
+
+    `rows`: evaluate only those (prefill uses moved to a faster tier; the others keep their values). Their
+    FIFO shares are taken over every use; a decode use's KV reserve (its class's smallest prefill reserve)
+    is not raised by a prefill use that moved, nor another use's kv_share lowered: both err low."""
+    table, curves = use_table(uses, classes), book.curves(uses)
+    if rows is not None:
+        table, curves = capacity.take_rows(table, rows), capacity.take_rows(curves, rows)
+    t = capacity.with_kv_reserve(table, curves)
     rho = _on_grid(capacity.rates(t, curves, capacity.LEVELS) / t.rate, options)
     nic, usable = capacity.nic_caps(t)
     if options.max_utilization is not None:
         nic = np.minimum(nic, options.max_utilization)
-    admitted = (rho >= capacity.RHO_MIN) & usable
-    return uses.assign(kv_slack_ms=t.kv_slack_ms, nic_u=t.nic_u, use_rho=rho, nic_rho=nic, admitted=admitted)
+    values = [t.kv_slack_ms, t.nic_u, rho, nic, (rho >= capacity.RHO_MIN) & usable]
+    if rows is None:
+        return uses.assign(**dict(zip(ADMITTED, values, strict=True)))
+    uses = uses.copy()
+    for name, value in zip(ADMITTED, values, strict=True):
+        uses.loc[rows, name] = value
+    return uses
 
 
-def _faster_tier(uses: pd.DataFrame) -> pd.DataFrame | None:
-    """`uses` with every prefill use that was not admitted at a level above 0 moved one tier faster (its
-    level, decode bandwidth and transfer time those of tier level - 1); None when there is none to move."""
+def _faster_tier(uses: pd.DataFrame) -> tuple[pd.DataFrame, np.ndarray] | None:
+    """(`uses` with every prefill use that was not admitted at a level above 0 moved one tier faster (its
+    level, decode bandwidth and transfer time those of tier level - 1), the positions moved); None when
+    there is none to move."""
     move = (
         (uses["role"] == "prefill").to_numpy() & ~uses["admitted"].to_numpy() & (uses["level"] > 0).to_numpy()
     )
@@ -286,7 +308,7 @@ def _faster_tier(uses: pd.DataFrame) -> pd.DataFrame | None:
     uses.loc[rows, "decode_bw"] = faster
     kv, own = uses.loc[rows, "kv_gbit"].to_numpy(float), uses.loc[rows, "bw_gbps"].to_numpy(float)
     uses.loc[rows, "t_kv_ms"] = transfer_ms(kv, own, faster)
-    return uses
+    return uses, rows
 
 
 def pool_queues(cand: "Candidates", rows: np.ndarray, servers: np.ndarray | None) -> tuple:
