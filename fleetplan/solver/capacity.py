@@ -310,9 +310,9 @@ def batch_fixed_point(
 # --- prefill ----------------------------------------------------------------------------------------------
 
 
-def batch_wait(rate, curves, batch, n, grid, share=1.0, full_mean=None, servers=None) -> "QueueWait":
+def batch_wait(rate, curves, batch, n, grid, share=1.0, full_mean=None, servers=None) -> QueueWait:
     """The wait for the prefill batches ahead of a request, batches of n* forming (docs/formulation.md,
-    "Prefill").
+    "Capacity model", "Prefill waits").
 
     The instance is busy with probability U = rate E[S(n*)] / n* (identically 1 while n* is strictly
     between 1 and b: greedy batching keeps a loaded server busy). A request then waits N >= 1 residual batch
@@ -321,9 +321,8 @@ def batch_wait(rate, curves, batch, n, grid, share=1.0, full_mean=None, servers=
     exactly (Benes: P(W <= t) = (1 - rho) sum_k rho^k R^{*k}(t)); with b > 1 it keeps the batching gain that
     U alone would lose, and the residual is taken as memoryless (the wait zero-or-exponential of the same
     mean): the batch ahead's size and the request's own batch formation spread a bulk-service wait beyond
-    a sum of residuals (docs/formulation.md, "Capacity model"). `full_mean` (E[S(b)], `full_batch_mean`)
-    may be passed in when the same uses are evaluated at many rates. `share` scales the residual (the
-    longest class that may be ahead).
+    a sum of residuals. `full_mean` (E[S(b)], `full_batch_mean`) may be passed in when the same uses are
+    evaluated at many rates. `share` scales the residual (the longest class that may be ahead).
 
     `servers` (c >= 1 instances behind join-shortest-queue, each at `rate`): a request waits only when every
     instance is busy, with the Erlang C probability C(c, c U) in place of U (`pooled_wait_prob`), and N has
