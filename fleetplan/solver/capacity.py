@@ -72,13 +72,15 @@ class Curves:
     ttft: np.ndarray
     tbt: np.ndarray
 
-    def at(self, metric: str, n: np.ndarray) -> np.ndarray:
+    def at(self, metric: str, n: np.ndarray, rows: np.ndarray | None = None) -> np.ndarray:
         """(n_uses, 3) percentiles at (fractional) batch occupancy n: linear between profiled batches, the
-        smallest profiled batch's figures below it (as the simulator does)."""
+        smallest profiled batch's figures below it (as the simulator does). `rows`: of those uses only
+        (n aligned with them)."""
         values = self.ttft if metric == "ttft" else self.tbt
-        rows = np.arange(len(n))
-        k = (self.batches <= n[:, None]).sum(axis=1)
-        hi = np.clip(k, 0, np.isfinite(self.batches).sum(axis=1) - 1)
+        rows = np.arange(len(n)) if rows is None else rows
+        batches = self.batches[rows]
+        k = (batches <= n[:, None]).sum(axis=1)
+        hi = np.clip(k, 0, np.isfinite(batches).sum(axis=1) - 1)
         lo = np.clip(k - 1, 0, None)
         b_lo, b_hi = self.batches[rows, lo], self.batches[rows, hi]
         span = np.where(b_hi > b_lo, b_hi - b_lo, 1.0)
@@ -297,13 +299,23 @@ def _bisect_grid(feasible, upper: np.ndarray, levels: int) -> np.ndarray:
 def batch_fixed_point(
     rate: np.ndarray, curves: Curves, batch: np.ndarray, extra_ms: np.ndarray
 ) -> np.ndarray:
-    """Batch occupancy n* = clip(rate (E[S(n*)] + extra), 1, b): what arrives during a batch is the next."""
-    n = np.ones_like(rate)
+    """Batch occupancy n* = clip(rate (E[S(n*)] + extra), 1, b): what arrives during a batch is the next.
+
+    Iterated from n = 1 on the uses not yet at their fixed point (to 1e-12 relative), at most 12 times;
+    at b = 1 the batch is one request."""
+    rate, batch, extra_ms = np.broadcast_arrays(
+        *(np.asarray(a, dtype=float) for a in (rate, batch, extra_ms))
+    )
+    n = np.ones(rate.shape)
+    active = np.flatnonzero(batch > 1)
     for _ in range(12):
-        mean, _ = moments(service_grid(curves.at("ttft", n)))
-        n, previous = np.clip(rate * (mean + extra_ms) / 1e3, 1.0, batch), n
-        if np.allclose(n, previous, rtol=1e-12, atol=0.0):
+        if len(active) == 0:
             break
+        mean = service_grid(curves.at("ttft", n[active], active)) @ _W
+        new = np.clip(rate[active] * (mean + extra_ms[active]) / 1e3, 1.0, batch[active])
+        moved = ~np.isclose(new, n[active], rtol=1e-12, atol=0.0)
+        n[active] = new
+        active = active[moved]
     return n
 
 
