@@ -182,45 +182,61 @@ def _exponential_pmf(prob: np.ndarray, mean: np.ndarray, cell: np.ndarray) -> np
     return out
 
 
-def queue_tail(grid, limit, wait: QueueWait, other=None) -> np.ndarray:
+def queue_tail(grid, limit, wait: QueueWait, other=None, memo: dict | None = None) -> np.ndarray:
     """P(S + W + V > limit) for S on `grid`, W a `QueueWait` on S's residual and V (optional, independent)
     zero-or-exponential given as (probability, conditional mean); 1 where the queue is overloaded.
 
     Memoryless rows: the closed form of two zero-or-exponential waits (`tail`). The others on the window
-    [0, limit] in WAIT_CELLS cells (`_compound_tail`)."""
+    [0, limit] in WAIT_CELLS cells (`_window`, `_compound_tail`). `memo`: a dict kept across calls whose
+    grid, limit, share and V are the same on those rows (a bisection over the load at b = 1, where the
+    batch is one request at every load): their window is computed once."""
     limit = np.asarray(limit, dtype=float)
     overloaded = ~np.isfinite(wait.stretch)
-    memoryless = np.broadcast_to(wait.memoryless, overloaded.shape) | overloaded
+    exact = ~np.broadcast_to(wait.memoryless, overloaded.shape)
     out = np.ones(len(limit))
-    if memoryless.any():
-        m = memoryless
-        mean = wait.scale[m] * moments(grid[m])[1] * np.where(overloaded[m], 1.0, wait.stretch[m])
+    m = ~exact & ~overloaded
+    if m.any():
+        mean = wait.scale[m] * moments(grid[m])[1] * wait.stretch[m]
         v = (None, None) if other is None else (other[0][m], other[1][m])
         out[m] = tail(grid[m], limit[m], wait.prob[m], mean, *v)
-    if (~memoryless).any():
-        m = ~memoryless
-        v = None if other is None else (other[0][m], other[1][m])
-        out[m] = _compound_tail(grid[m], limit[m], take_rows(wait, m), v)
+    if exact.any():
+        window = None if memo is None else memo.get("window")
+        if window is None:
+            v = None if other is None else (other[0][exact], other[1][exact])
+            window = _window(grid[exact], limit[exact], wait.scale[exact], v)
+            if memo is not None:
+                memo["window"] = window
+        live = ~overloaded[exact]
+        rows = np.flatnonzero(exact)[live]
+        out[rows] = _compound_tail(window, live, wait.prob[rows], wait.stretch[rows])
     return np.where(overloaded, 1.0, out)
 
 
-def _compound_tail(grid, limit, wait: QueueWait, other) -> np.ndarray:
-    """queue_tail by transforms on [0, limit] in WAIT_CELLS cells: W's is (1 - prob) + prob (1 - p) R /
-    (1 - p R), R the damped transform of `residual_pmf` and p = 1 - 1 / stretch (N geometric, P(N = k) =
-    (1 - p) p^(k - 1)); V's is multiplied in; P(S + W + V <= limit) is the cumulative distribution of
-    W + V at limit - s, averaged over S's grid (floored to a cell: conservative, as masses are rounded up)."""
+def _window(grid, limit, scale, other) -> tuple:
+    """What the exact route reads that the load does not change, on [0, limit] in WAIT_CELLS cells: the
+    damped transforms of the residual (`residual_pmf`) and of V (None without one), and for each grid
+    point s the cell where limit - s falls (floored: conservative, as the masses are rounded up) and
+    whether it is >= 0."""
     cell = np.maximum(limit, 1e-9) / WAIT_CELLS
-    residual = np.fft.rfft(residual_pmf(grid, wait.scale, cell) * _DAMP, FFT_LENGTH)
-    p = (1.0 - 1.0 / np.maximum(wait.stretch, 1.0))[:, None]
-    prob = wait.prob[:, None]
-    transform = (1.0 - prob) + prob * (1.0 - p) * residual / (1.0 - p * residual)
-    if other is not None:
-        transform = transform * np.fft.rfft(_exponential_pmf(*other, cell) * _DAMP, FFT_LENGTH)
-    pmf = np.fft.irfft(transform, FFT_LENGTH)[:, : WAIT_CELLS + 1] / _DAMP
-    cdf = np.clip(np.cumsum(pmf, axis=1), 0.0, 1.0)
+    residual = np.fft.rfft(residual_pmf(grid, scale, cell) * _DAMP, FFT_LENGTH)
+    v = None if other is None else np.fft.rfft(_exponential_pmf(*other, cell) * _DAMP, FFT_LENGTH)
     room = limit[:, None] - grid
     at = np.clip(np.floor(room / cell[:, None]), 0, WAIT_CELLS).astype(np.int64)
-    within = np.where(room >= 0, np.take_along_axis(cdf, at, axis=1), 0.0) @ _W
+    return residual, v, at, room >= 0
+
+
+def _compound_tail(window: tuple, rows: np.ndarray, prob: np.ndarray, stretch: np.ndarray) -> np.ndarray:
+    """queue_tail on the `rows` of a `_window`: W's transform is (1 - prob) + prob (1 - p) R / (1 - p R),
+    p = 1 - 1 / stretch (N geometric, P(N = k) = (1 - p) p^(k - 1)), times V's; P(S + W + V <= limit) is
+    the cumulative distribution of W + V at limit - s, averaged over S's grid."""
+    residual, v, at, inside = (None if a is None else a[rows] for a in window)
+    p = (1.0 - 1.0 / np.maximum(stretch, 1.0))[:, None]
+    transform = (1.0 - prob[:, None]) + prob[:, None] * (1.0 - p) * residual / (1.0 - p * residual)
+    if v is not None:
+        transform = transform * v
+    pmf = np.fft.irfft(transform, FFT_LENGTH)[:, : WAIT_CELLS + 1] / _DAMP
+    cdf = np.clip(np.cumsum(pmf, axis=1), 0.0, 1.0)
+    within = np.where(inside, np.take_along_axis(cdf, at, axis=1), 0.0) @ _W
     return np.clip(1.0 - within, 0.0, 1.0)
 
 
@@ -353,11 +369,11 @@ def full_batch_mean(curves, batch) -> np.ndarray:
     return moments(service_grid(curves.at("ttft", batch)))[0]
 
 
-def prefill_tail(rate, curves, batch, limit_ms, kv=None, share=1.0, full_mean=None, servers=None):
+def prefill_tail(rate, curves, batch, limit_ms, kv=None, share=1.0, full_mean=None, servers=None, memo=None):
     """P(TTFT > limit) for one prefill instance at `rate` requests/s (batch-as-job M/G/1), with the KV
     queueing wait `kv` = (probability, conditional mean) added where the KV cache moves."""
     state = prefill_state(rate, curves, batch, share, full_mean, servers)
-    return prefill_tail_at(state, limit_ms, kv)
+    return prefill_tail_at(state, limit_ms, kv, memo)
 
 
 def prefill_state(rate, curves, batch, share=1.0, full_mean=None, servers=None) -> tuple:
@@ -368,10 +384,11 @@ def prefill_state(rate, curves, batch, share=1.0, full_mean=None, servers=None) 
     return grid, batch_wait(rate, curves, batch, n, grid, share, full_mean, servers)
 
 
-def prefill_tail_at(state: tuple, limit_ms, kv=None) -> np.ndarray:
-    """P(TTFT > limit) from a `prefill_state` (1 where the batches overload the instance)."""
+def prefill_tail_at(state: tuple, limit_ms, kv=None, memo=None) -> np.ndarray:
+    """P(TTFT > limit) from a `prefill_state` (1 where the batches overload the instance); `memo` as
+    `queue_tail`'s."""
     grid, wait = state
-    return queue_tail(grid, limit_ms, wait, kv)
+    return queue_tail(grid, limit_ms, wait, kv, memo)
 
 
 def prefill_admissible(
@@ -381,8 +398,10 @@ def prefill_admissible(
     of full_rate when `levels` is given)."""
     full_mean = full_batch_mean(curves, batch)
 
+    memo: dict = {}  # at b = 1 the service, limit, share and KV wait are the same at every rate
+
     def ok(rate):
-        return prefill_tail(rate, curves, batch, limit_ms, kv, share, full_mean, servers) <= epsilon
+        return prefill_tail(rate, curves, batch, limit_ms, kv, share, full_mean, servers, memo) <= epsilon
 
     return bisect_rate(ok, full_rate, levels)
 
