@@ -229,11 +229,18 @@ def _compound_tail(window: tuple, rows: np.ndarray, prob: np.ndarray, stretch: n
     """queue_tail on the `rows` of a `_window`: W's transform is (1 - prob) + prob (1 - p) R / (1 - p R),
     p = 1 - 1 / stretch (N geometric, P(N = k) = (1 - p) p^(k - 1)), times V's; P(S + W + V <= limit) is
     the cumulative distribution of W + V at limit - s, averaged over S's grid."""
-    residual, v, at, inside = (None if a is None else a[rows] for a in window)
+    if not rows.all():
+        window = tuple(None if a is None else a[rows] for a in window)
+    residual, v, at, inside = window
     p = (1.0 - 1.0 / np.maximum(stretch, 1.0))[:, None]
-    transform = (1.0 - prob[:, None]) + prob[:, None] * (1.0 - p) * residual / (1.0 - p * residual)
+    # in place, one (n, FFT_LENGTH / 2 + 1) array: (1 - prob) + prob (1 - p) R / (1 - p R), times V
+    transform = np.multiply(residual, p)
+    np.subtract(1.0, transform, out=transform)
+    np.divide(residual, transform, out=transform)
+    transform *= prob[:, None] * (1.0 - p)
+    transform += (1.0 - prob)[:, None]
     if v is not None:
-        transform = transform * v
+        transform *= v
     pmf = np.fft.irfft(transform, FFT_LENGTH)[:, : WAIT_CELLS + 1] / _DAMP
     cdf = np.clip(np.cumsum(pmf, axis=1), 0.0, 1.0)
     within = np.where(inside, np.take_along_axis(cdf, at, axis=1), 0.0) @ _W
