@@ -10,6 +10,8 @@ the engine's one service-time seam (`replay(..., service=ExponentialService(mean
   queues (JSQ), which is not a central M/M/c queue. The waits must equal, exactly, those of an independent
   JSQ reference fed the same arrival and service times; and the Erlang C tail is pinned as *not* holding
   (JSQ's tail is heavier), so a change of dispatch semantics cannot go unnoticed.
+- M/D/1 (the profile's flat service, `ProfileService(deterministic=True)`): Erlang's waiting-time formula;
+  the capacity model's exact wait and its pooled credit against the simulated tails.
 """
 
 import math
