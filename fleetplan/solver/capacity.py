@@ -503,30 +503,27 @@ def nic_utilization(t: UseTable, curves: Curves) -> np.ndarray:
     if not pre.any():
         return u
     # every trial fraction k / NIC_STEPS of every prefill use in one vectorized bisection (rows: k-major)
-    s, c = _repeat(_subset(t, pre), NIC_STEPS), _repeat_curves(_subset_curves(curves, pre), NIC_STEPS)
     fractions = np.repeat(np.arange(NIC_STEPS, 0, -1) / NIC_STEPS, pre.sum())
     trial = np.tile(u[pre], NIC_STEPS) * fractions
+    # below NIC_FLOOR the use would be dropped (nic_caps): only the mean-wait cap itself is kept there, and
+    # the trials below it are not evaluated
+    tried = (trial >= NIC_FLOOR) | (fractions == 1.0)
+    rows = np.tile(np.flatnonzero(pre), NIC_STEPS)[tried]
+    s, c = take_rows(t, rows), take_rows(curves, rows)
     limit = s.ttft_slo - s.t_kv - s.kv_slack_ms / KV_SERVERS
-    kv = _two_nic_wait(trial, s.t_kv * s.kv_share)
-    carried = np.minimum(
-        prefill_admissible(c, s.batch, limit, s.epsilon, s.rate, kv, s.share, LEVELS), trial * 1e3 / s.t_kv
+    kv = _two_nic_wait(trial[tried], s.t_kv * s.kv_share)
+    carried = np.full(len(trial), -1.0)
+    carried[tried] = np.minimum(
+        prefill_admissible(c, s.batch, limit, s.epsilon, s.rate, kv, s.share, LEVELS),
+        trial[tried] * 1e3 / s.t_kv,
     )
-    # below NIC_FLOOR the use would be dropped (nic_caps): only the mean-wait cap itself is kept there
-    carried = np.where((trial >= NIC_FLOOR) | (fractions == 1.0), carried, -1.0).reshape(NIC_STEPS, -1)
+    carried = carried.reshape(NIC_STEPS, -1)
     trial = trial.reshape(NIC_STEPS, -1)
     # the most carried; among equals the largest utilization (the first row, k = NIC_STEPS, on ties)
     best = np.argmax(carried >= carried.max(axis=0) * (1 - 1e-9) - 1e-12, axis=0)
     out = u.copy()
     out[pre] = trial[best, np.arange(trial.shape[1])]
     return out
-
-
-def _repeat(t: UseTable, times: int) -> UseTable:
-    return _rows(t, lambda a: np.tile(a, times))
-
-
-def _repeat_curves(curves: Curves, times: int) -> Curves:
-    return _rows(curves, lambda a: np.tile(a, (times,) + (1,) * (a.ndim - 1)))
 
 
 def rates(t: UseTable, curves: Curves, levels: int | None = None) -> np.ndarray:
@@ -536,7 +533,7 @@ def rates(t: UseTable, curves: Curves, levels: int | None = None) -> np.ndarray:
     for role, fn in (("prefill", _prefill_rates), ("decode", _decode_rates), ("colocated", _colocated_rates)):
         mask = t.role == role
         if mask.any():
-            out[mask] = fn(_subset(t, mask), _subset_curves(curves, mask), levels)
+            out[mask] = fn(take_rows(t, mask), take_rows(curves, mask), levels)
     return out
 
 
@@ -666,14 +663,6 @@ def take_rows(table, rows: np.ndarray):
     return _rows(table, lambda a: a[rows])
 
 
-def _subset(t: UseTable, mask: np.ndarray) -> UseTable:
-    return _rows(t, lambda a: a[mask])
-
-
-def _subset_curves(curves: Curves, mask: np.ndarray) -> Curves:
-    return _rows(curves, lambda a: a[mask])
-
-
 # --- predictions at the planned load -----------------------------------------------------------------
 
 
@@ -695,12 +684,12 @@ def predict(t: UseTable, curves: Curves, rate: np.ndarray) -> tuple[np.ndarray, 
     upper = 20.0 * (t.ttft_slo + t.ttft_q) + 1e3
     pre = t.role == "prefill"
     if pre.any():
-        s, c = _subset(t, pre), _subset_curves(curves, pre)
+        s, c = take_rows(t, pre), take_rows(curves, pre)
         kv, state = kv_wait(s), prefill_state(rate[pre], c, s.batch, s.share, servers=s.servers)
         ttft[pre] = bisect_limit(lambda lim: prefill_tail_at(state, lim, kv), s.epsilon, upper[pre])
     dec = (t.role == "decode") & (t.steps > 0)
     if dec.any():
-        s, c = _subset(t, dec), _subset_curves(curves, dec)
+        s, c = take_rows(t, dec), take_rows(curves, dec)
         grid = service_grid(c.at("tbt", s.batch))
         hold = s.steps * moments(grid)[0]
         slots = s.batch.astype(np.int64)
@@ -711,7 +700,7 @@ def predict(t: UseTable, curves: Curves, rate: np.ndarray) -> tuple[np.ndarray, 
         )
     col = t.role == "colocated"
     if col.any():
-        ttft[col], tbt[col] = _predict_colocated(_subset(t, col), _subset_curves(curves, col), rate[col])
+        ttft[col], tbt[col] = _predict_colocated(take_rows(t, col), take_rows(curves, col), rate[col])
     return ttft, tbt
 
 
