@@ -1,7 +1,10 @@
 """Candidate building (request + profiles -> the tables the MILP is built from): cold and warm (the candidate
 cache), against the same measurement at a baseline commit, in one run.
 
-    python -m bench.candidates_speed [--baseline REV] [--repeats 5]
+    python -m bench.candidates_speed [--baseline REV] [--repeats 5] [--synthetic M L]
+
+`--synthetic` adds the bench's synthetic instances (bench/instances.py), generated once in this checkout and
+handed to both trees as the same request file; they are built cold once each (L takes seconds to minutes).
 
 The baseline runs this very measurement in a child process over a temporary `git worktree` of REV (the
 checkout's own venv, with the worktree first on sys.path), so the ratio compares code, not machines or
@@ -32,11 +35,12 @@ from fleetplan.solver import candidates
 from fleetplan.solver.pipeline import resolve_profiles
 repeats, out = int(sys.argv[1]), {}
 clear = getattr(candidates, "clear_candidates_cache", lambda: None)
-for name in sys.argv[2:]:
-    request = read_request(fixtures.request_path(name))
+for arg in sys.argv[2:]:
+    name, _, path = arg.partition("=")
+    request = read_request(path or fixtures.request_path(name))
     table = resolve_profiles(request)
     cold, warm = [], []
-    for _ in range(repeats):
+    for _ in range(repeats if not path else 1):
         clear()
         start = time.perf_counter()
         candidates.build_candidates(request, table)
@@ -49,11 +53,13 @@ print(json.dumps(out))
 """
 
 
-def probe(root: Path, repeats: int) -> dict:
-    """Run the measurement with `root`'s fleetplan first on the import path."""
+def probe(root: Path, repeats: int, synthetic: dict[str, Path]) -> dict:
+    """Run the measurement with `root`'s fleetplan first on the import path; `synthetic`: name -> request
+    file of the synthetic instances to add."""
     code = f"import sys; sys.path.insert(0, {str(root)!r})\n" + _PROBE
+    names = [*REQUESTS, *(f"{name}={path}" for name, path in synthetic.items())]
     out = subprocess.run(
-        [sys.executable, "-c", code, str(repeats), *REQUESTS],
+        [sys.executable, "-c", code, str(repeats), *names],
         cwd=root,
         capture_output=True,
         text=True,
@@ -63,12 +69,24 @@ def probe(root: Path, repeats: int) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def probe_baseline(rev: str, repeats: int) -> dict:
+def write_synthetic(names: list[str], folder: Path) -> dict[str, Path]:
+    """The synthetic instances as request files in `folder` (name -> path)."""
+    from bench.instances import instance
+    from fleetplan.models.codec import encode
+
+    paths = {}
+    for name in names:
+        paths[name] = folder / f"{name.replace('/', '_')}.json"
+        paths[name].write_bytes(encode(instance(name)))
+    return paths
+
+
+def probe_baseline(rev: str, repeats: int, synthetic: dict[str, Path]) -> dict:
     with tempfile.TemporaryDirectory(prefix="fleetplan-baseline-") as tmp:
         tree = Path(tmp) / "tree"
         subprocess.run(["git", "worktree", "add", "--detach", "-q", str(tree), rev], cwd=ROOT, check=True)
         try:
-            return probe(tree, repeats)
+            return probe(tree, repeats, synthetic)
         finally:
             subprocess.run(["git", "worktree", "remove", "--force", str(tree)], cwd=ROOT, check=False)
 
@@ -78,7 +96,7 @@ def render(now: dict, base: dict, rev: str) -> str:
         f"| request | baseline {rev} (ms) | cold (ms) | warm, cached (ms) | cold speed-up | warm speed-up |",
         "|---|---|---|---|---|---|",
     ]
-    for name in REQUESTS:
+    for name in now:
         b, c, w = base[name]["cold_ms"], now[name]["cold_ms"], now[name]["warm_ms"]
         lines.append(f"| {name} | {b:.0f} | {c:.0f} | {w:.2f} | {b / c:.1f}x | {b / w:.0f}x |")
     return "\n".join(lines)
@@ -88,11 +106,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--baseline", default=DEFAULT_BASELINE, help="git revision to compare against")
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--synthetic", nargs="*", default=[], help="bench instances to add (M, L, M/3, ...)")
     args = parser.parse_args(argv)
     began = time.perf_counter()
     machine, git = machine_info(), git_info()
-    now = probe(ROOT, args.repeats)
-    base = probe_baseline(args.baseline, args.repeats)
+    with tempfile.TemporaryDirectory(prefix="fleetplan-synthetic-") as tmp:
+        synthetic = write_synthetic(args.synthetic, Path(tmp))
+        now = probe(ROOT, args.repeats, synthetic)
+        base = probe_baseline(args.baseline, args.repeats, synthetic)
     text = render(now, base, args.baseline)
     print(machine_line(machine))
     print(git_line(git))
