@@ -1,5 +1,6 @@
 """optimize() as named steps: the one relative gap, and the per-stage records a plan carries."""
 
+import msgspec
 import pytest
 
 from fleetplan.solver.backends import relative_gap
@@ -183,3 +184,33 @@ def test_each_call_gets_its_stage_tuning(monkeypatch):
         assert passed == tuning.get((step, stage), tuning.get(step))
     assert ("tie_break", "cost") in steps
     assert ("relaxation", "cost") in steps
+
+
+def test_a_budget_lays_its_tuning_over_the_stage_tuning(monkeypatch):
+    """Under budget_per_hour, optimize.BUDGET_TUNING's options replace STAGE_TUNING's for that step only."""
+    from fleetplan import fixtures
+    from fleetplan.models.codec import read_request
+    from fleetplan.solver import optimize as optimize_module
+    from fleetplan.solver.backends import highs
+    from fleetplan.solver.candidates import build_candidates
+    from fleetplan.solver.pipeline import resolve_profiles
+
+    seen: list[object] = []
+    solve = highs.HighsBackend.solve
+
+    def spy(self, form, objective, sense, **kwargs):
+        seen.append(kwargs.get("tuning"))
+        return solve(self, form, objective, sense, **kwargs)
+
+    monkeypatch.setattr(highs.HighsBackend, "solve", spy)
+    monkeypatch.setattr(optimize_module, "STAGE_TUNING", {"tie_break": {"presolve": "off", "random_seed": 3}})
+    monkeypatch.setattr(optimize_module, "BUDGET_TUNING", {"tie_break": {"presolve": "choose"}})
+    request = read_request(fixtures.request_path("paper"))
+    budget = msgspec.structs.replace(
+        request, options=msgspec.structs.replace(request.options, budget_per_hour=14.0)
+    )
+    outcome = optimize_module.optimize(budget, build_candidates(budget, resolve_profiles(budget)))
+    steps = [r.step for r in outcome.stages]
+    assert "tie_break" in steps
+    for step, passed in zip(steps, seen, strict=True):
+        assert passed == ({"presolve": "choose", "random_seed": 3} if step == "tie_break" else None)

@@ -52,7 +52,12 @@ LATER_RELAXATION_SHARE = 0.2
 # measurements behind each): keyed by (step, stage), then by step; a call with no entry runs at the defaults.
 STAGE_TUNING: dict[tuple[str, str] | str, dict[str, bool | int | float | str]] = {
     "primary": {"mip_heuristic_run_rins": False},
-    "tie_break": {"presolve": "off", "mip_heuristic_run_rins": False},
+    "tie_break": {"presolve": "off", "mip_heuristic_run_rins": False, "mip_heuristic_run_rens": False},
+}
+# Laid over STAGE_TUNING, per step, when the request has a budget_per_hour (docs/solvers.md, "Per call"):
+# under a budget row the tie-break's presolve pays again.
+BUDGET_TUNING: dict[str, dict[str, bool | int | float | str]] = {
+    "tie_break": {"presolve": "choose"},
 }
 # The least time limit a solver call is given, even once the deadline has passed (s).
 MIN_CALL_S = 0.01
@@ -127,6 +132,8 @@ class _Solver:
         """backend.solve(form, objective, sense, **kwargs), recorded."""
         began = time.perf_counter()
         tuning = STAGE_TUNING.get((step, stage), STAGE_TUNING.get(step))
+        if self.clock.options.budget_per_hour is not None and step in BUDGET_TUNING:
+            tuning = {**(tuning or {}), **BUDGET_TUNING[step]}
         result = self.backend.solve(form, objective, sense, tuning=tuning, **kwargs)
         ended = time.perf_counter()
         integer = bool(form.integer.any()) and not kwargs.get("relax", False)
