@@ -14,7 +14,9 @@ Both plans maximize the same objective, sum_w weight_w x served_w (SLO RPS when 
 ratio is taken on that objective; the table shows the unweighted SLO RPS beside it.
 Prints a table and writes bench/results/fidelity-<UTC timestamp>.json and fidelity-latest.json. Each request's
 row is appended to bench/results/fidelity-partial.jsonl as it finishes; `--resume` skips the requests found
-there (a full run takes hours on 2 cores).
+there (a full run takes hours on 2 cores). `--uniform-from bench/results/fidelity-latest.json` reuses each
+request's recorded best safe uniform plan and judges only the default plans (about a minute for all 34 on a
+quiet machine), for trying a change to the capacity model or the solver; it writes fidelity_plans-*.json.
 """
 
 import argparse
@@ -166,8 +168,8 @@ def objective(result) -> float:
     return result.objective_value if result.objective_value is not None else result.slo_rps
 
 
-def evaluate(job: tuple[str, PlanRequest, list[int], float]) -> dict:
-    name, request, seeds, duration = job
+def evaluate(job: tuple[str, PlanRequest, list[int], float, dict | None]) -> dict:
+    name, request, seeds, duration, uniform = job
     began = time.perf_counter()
     result = plan(request, with_baselines=False)
     ok, reports = judge(request, result, seeds, duration, stop_early=False)
@@ -181,7 +183,7 @@ def evaluate(job: tuple[str, PlanRequest, list[int], float]) -> dict:
         "safe": ok,
         "simulated_goodput_rps": simulated,
         "classes": class_rows(request, result, reports),
-        "uniform": best_uniform(request, seeds, duration),
+        "uniform": uniform if uniform is not None else best_uniform(request, seeds, duration),
         "wall_s": round(time.perf_counter() - began, 1),
     }
 
@@ -284,13 +286,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--only", nargs="*", help="request names to run (e.g. paper gen-03)")
     parser.add_argument("--resume", action="store_true", help="reuse rows of this commit and settings")
+    parser.add_argument("--uniform-from", type=Path, help=UNIFORM_FROM_HELP)
     args = parser.parse_args(argv)
     began = time.perf_counter()
     git = git_info()
     run_key = {"commit": git.get("commit"), "seeds": args.seeds, "duration": args.duration}
-    done = finished_rows(run_key) if args.resume else {}
+    done = finished_rows(run_key) if args.resume and not args.uniform_from else {}
+    recorded = recorded_uniform(args.uniform_from)
     jobs = [
-        (n, r, args.seeds, args.duration)
+        (n, r, args.seeds, args.duration, recorded.get(n))
         for n, r in requests(args.generated)
         if (not args.only or n in args.only) and n not in done
     ]
@@ -298,7 +302,8 @@ def main(argv: list[str] | None = None) -> int:
     with ProcessPoolExecutor(max_workers=args.workers) as pool:
         for row in pool.map(evaluate, jobs):
             rows.append(row)
-            append_partial(run_key, row)
+            if not args.uniform_from:
+                append_partial(run_key, row)
             print(
                 f"{row['request']}: {row['slo_rps']:.2f} SLO RPS, safe={row['safe']}, uniform rho "
                 f"{row['uniform']['rho']} -> {row['uniform']['slo_rps']:.2f} ({row['wall_s']} s)",
@@ -322,8 +327,22 @@ def main(argv: list[str] | None = None) -> int:
         "requests": rows,
         "table": text,
     }
-    write_results("fidelity", record)
+    write_results("fidelity_plans" if args.uniform_from else "fidelity", record)
     return 0
+
+
+UNIFORM_FROM_HELP = (
+    "take each request's best safe uniform plan from an earlier run's JSON instead of searching for it again "
+    "(valid while the flat model, the simulator and the generators are unchanged: the search is most of a "
+    "run's time); writes fidelity_plans-*.json, never fidelity-latest.json"
+)
+
+
+def recorded_uniform(path: Path | None) -> dict[str, dict]:
+    """request name -> its recorded best safe uniform plan (`--uniform-from`), or {}."""
+    if path is None:
+        return {}
+    return {row["request"]: row["uniform"] for row in json.loads(path.read_text())["requests"]}
 
 
 if __name__ == "__main__":
