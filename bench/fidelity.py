@@ -15,7 +15,7 @@ ratio is taken on that objective; the table shows the unweighted SLO RPS beside 
 Prints a table and writes bench/results/fidelity-<UTC timestamp>.json and fidelity-latest.json. Each request's
 row is appended to bench/results/fidelity-partial.jsonl as it finishes; `--resume` skips the requests found
 there (a full run takes hours on 2 cores). `--uniform-from bench/results/fidelity-latest.json` reuses each
-request's recorded best safe uniform plan and judges only the default plans (about a minute for all 34 on a
+request's recorded best safe uniform plan and judges only the default plans (20 s for all 34 on a
 quiet machine), for trying a change to the capacity model or the solver; it writes fidelity_plans-*.json.
 """
 
