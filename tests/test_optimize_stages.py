@@ -214,3 +214,44 @@ def test_a_budget_lays_its_tuning_over_the_stage_tuning(monkeypatch):
     assert "tie_break" in steps
     for step, passed in zip(steps, seen, strict=True):
         assert passed == ({"presolve": "choose", "random_seed": 3} if step == "tie_break" else None)
+
+
+def test_hint_rows_span_the_plan_and_one_instance_less_per_pool():
+    import numpy as np
+
+    from fleetplan.solver.optimize import hint_rows
+
+    rows = hint_rows(np.array([0.0, 2.0, 1.0000000001, 3.0]))
+    assert rows.tolist() == [[0, 2, 1, 3], [0, 1, 0, 2]]
+
+
+def test_a_hint_widens_the_sub_mip_box_and_keeps_the_optimum():
+    """A higher budget's plan as the hint (what a falling what-if sweep passes): the sub-MIP's box grows,
+    so its start is at least the unhinted one's (within the gap), and the MIP's optimum is the same."""
+    from fleetplan import fixtures
+    from fleetplan.models.codec import read_request
+    from fleetplan.solver.candidates import build_candidates
+    from fleetplan.solver.formulation import build_matrix
+    from fleetplan.solver.optimize import is_feasible, optimize
+    from fleetplan.solver.pipeline import resolve_profiles
+
+    request = read_request(fixtures.request_path("paper"))
+
+    def at(budget):
+        options = msgspec.structs.replace(request.options, budget_per_hour=budget)
+        one = msgspec.structs.replace(request, options=options)
+        return one, build_candidates(one, resolve_profiles(one))
+
+    above = optimize(*at(15.2))
+    request_14, cand_14 = at(14.0)
+    form, _ = build_matrix(cand_14)
+    assert not is_feasible(form, above.values)  # the higher plan breaks the budget: a hint, not a start
+    cold, hinted = optimize(request_14, cand_14), optimize(request_14, cand_14, hint=above.values)
+
+    def start_value(outcome):
+        return next(r.objective for r in outcome.stages if r.step == "start")
+
+    gap = request.options.mip_rel_gap
+    assert start_value(hinted) >= start_value(cold) * (1 - gap)
+    assert hinted.primary_value == pytest.approx(cold.primary_value, rel=gap)
+    assert [r.step for r in hinted.stages] == [r.step for r in cold.stages]

@@ -171,6 +171,31 @@ def test_budgets_from_the_fleet_cost_up_take_one_solve_and_a_plateau_another():
         assert point.devices == {d.name: d.used for d in single.devices}
 
 
+def test_a_point_below_a_plan_it_cannot_afford_gets_that_plan_as_its_hint(monkeypatch):
+    """In falling order no kept plan fits the next budget down; the plan just above it is passed on, and
+    optimize_from makes it the sub-MIP's hint (not a start: the budget cuts it off). Every point is
+    still its own single plan (the other tests)."""
+    from fleetplan.solver import optimize as optimize_module
+
+    hints: list[object] = []
+    real = optimize_module._solve
+
+    def spy(model, stages, clock, hint):
+        hints.append(hint)
+        return real(model, stages, clock, hint)
+
+    monkeypatch.setattr(optimize_module, "_solve", spy)
+    base = two_types(small={"max_count": 4}, big={"max_count": 1})
+    budgets = [2, 4, 6.5, 12]
+    request = whatif(base, {"param": "budget_per_hour", "values": budgets}, marginal=False, baselines=False)
+    result = run_whatif(request)
+    assert result.solver.solves == 4
+    # 12 $/h (above the fleet's 7 $/h cost: a task of its own) and 6.5 (the top of the other task) start
+    # cold; 4 and 2 each get the plan solved just above them
+    assert [h is not None for h in hints] == [False, False, True, True]
+    assert [p.slo_rps for p in result.points] == pytest.approx([8, 16, 20, 24], abs=1e-6)
+
+
 def test_count_and_price_grid_points_equal_single_plans():
     """Shared candidates with per-point device rows and prices: each point as its own plan."""
     base = two_types(big={"count": 1}, budget=6.0)

@@ -8,7 +8,8 @@ solved. Two exact shortcuts make a budget sweep cheap, neither of which changes 
   at least the fleet's cost (every device at its capacity, fleet_cost) the budget row cuts nothing off,
   so the plan answers every budget from C up (service.task_chunks gives those points one task);
 - a plan is a feasible start for another point when that point's bounds keep it (warm start), which
-  replaces the relaxations and the sub-MIP of optimize() (solver.optimize.optimize_from).
+  replaces the relaxations and the sub-MIP of optimize() (solver.optimize.optimize_from); a plan the
+  point's budget cuts off (the point above it) still widens the box of optimize()'s sub-MIP (its hint).
 
 A task runs its points in falling budget order, so that each plan answers the task's lower points down to
 its cost: on paper.json every plateau of the curve (two grid points with one optimum) costs one solve.
@@ -138,7 +139,7 @@ class PointSolver:
                 self.reused += 1
                 return dataclasses.replace(solved, reused=True, ms=0.0)
         if start is None:
-            start = self._best_start(request, budget)
+            start = self._best_start(request, key, budget)
         began = time.perf_counter()
         solved = solve_request(request, cand, start)
         solved = dataclasses.replace(solved, ms=(time.perf_counter() - began) * 1e3)
@@ -165,9 +166,11 @@ class PointSolver:
             out[device.name] = round(gain, 9) if gain > noise else 0.0
         return out
 
-    def _best_start(self, request: PlanRequest, budget: float) -> np.ndarray | None:
+    def _best_start(self, request: PlanRequest, key: bytes, budget: float) -> np.ndarray | None:
         """The kept plan with the most SLO RPS that fits this request's devices and budget (at its
-        prices): the likeliest feasible start (optimize_from checks every row before using it)."""
+        prices): the likeliest feasible start (optimize_from checks every row before using it). When
+        none fits, the plan of the least higher budget on this request (in falling order, the point
+        solved just before): optimize_from takes it as the sub-MIP's hint."""
         price = {d.name: d.cost_per_hour for d in request.devices}
         capacity = {d.name: d.capacity for d in request.devices}
         best, best_rps = None, -1.0
@@ -178,6 +181,9 @@ class PointSolver:
                 cost = sum(price[name] * n for name, n in solved.used.items())
                 if cost <= budget + 1e-9 and all(n <= capacity[name] for name, n in solved.used.items()):
                     best, best_rps = solved.values, solved.slo_rps
+        if best is None:
+            above = [(reach, s) for reach, s in self.plans.get(key, []) if reach > budget]
+            best = min(above, key=lambda pair: pair[0])[1].values if above else None
         return best
 
 
