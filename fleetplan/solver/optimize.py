@@ -544,10 +544,8 @@ def optimize_from(request: PlanRequest, cand: Candidates, start: np.ndarray | No
     clock = _Clock.start(options)
     model = build_model(cand, clock)
     stages = STAGES[options.objective]
-    if len(start) != model.form.A.shape[1]:
-        return _solve(model, stages, clock, None)
-    if not is_feasible(model.form, start):
-        return _solve(model, stages, clock, start)
+    if len(start) != model.form.A.shape[1] or not is_feasible(model.form, start):
+        return _solve(model, stages, clock, start)  # primal_start ignores a hint on other columns
     solver = _Solver(get_backend(options.solver), clock)
     solve_began = time.perf_counter()
     primary = solve_primary(model, stages[0], start, solver)
