@@ -255,3 +255,47 @@ def test_a_hint_widens_the_sub_mip_box_and_keeps_the_optimum():
     assert start_value(hinted) >= start_value(cold) * (1 - gap)
     assert hinted.primary_value == pytest.approx(cold.primary_value, rel=gap)
     assert [r.step for r in hinted.stages] == [r.step for r in cold.stages]
+
+
+def _scarce():
+    from fleetplan import fixtures
+    from fleetplan.models.codec import read_request
+    from fleetplan.solver.candidates import build_candidates
+    from fleetplan.solver.pipeline import resolve_profiles
+
+    request = read_request(fixtures.request_path("scarce_gpus"))
+    return request, build_candidates(request, resolve_profiles(request))
+
+
+def test_optimize_fixed_at_the_optimum_counts_keeps_the_optimum_and_at_zero_serves_nothing():
+    import numpy as np
+
+    from fleetplan.solver.formulation import instance_units
+    from fleetplan.solver.optimize import optimize, optimize_fixed
+
+    request, cand = _scarce()
+    best = optimize(request, cand)
+    units, _ = instance_units(cand, best.columns)
+    held = optimize_fixed(request, cand, {int(c): float(np.round(best.values[c])) for c in units})
+    goodput = best.form.objectives["goodput"]
+    assert float(goodput @ held.values) == pytest.approx(best.primary_value, rel=request.options.mip_rel_gap)
+    assert np.allclose(np.round(held.values[units]), np.round(best.values[units]))
+    idle = optimize_fixed(request, cand, {int(c): 0.0 for c in units})
+    assert float(goodput @ idle.values) == pytest.approx(0.0, abs=1e-9)
+
+
+def test_a_fleet_held_at_another_plans_counts_serves_at_most_the_optimum():
+    """bench/uniform_gap.py's valuation of the flat plan's fleet: a restriction of the same MILP, so its
+    MILP objective is at most the free optimum (within the gap)."""
+    from bench.uniform_gap import fleet_under_model, uniform_counts
+    from fleetplan.solver.optimize import optimize
+
+    request, cand = _scarce()
+    counts, flat_objective = uniform_counts(request, 0.7)
+    assert flat_objective > 0
+    assert counts
+    valued = fleet_under_model(request, counts)
+    free = optimize(request, cand).primary_value
+    assert 0 < valued["milp"] <= free * (1 + request.options.mip_rel_gap)
+    assert valued["credited"] >= valued["milp"] * (1 - 1e-9)  # the credit never serves less
+    assert not valued["missing"]

@@ -189,6 +189,18 @@ def optimize(
     return _solve(build_model(cand, clock), stages or STAGES[request.options.objective], clock, hint)
 
 
+def optimize_fixed(request: PlanRequest, cand: Candidates, fixed: dict[int, float]) -> Outcome:
+    """optimize() with each column of `fixed` (column number -> value) held at its value: the model's best
+    plan on a fleet given elsewhere (bench/uniform_gap.py holds the instance columns at another plan's)."""
+    clock = _Clock.start(request.options)
+    model = build_model(cand, clock)
+    col_lo, col_hi = model.form.col_lo.copy(), model.form.col_hi.copy()
+    columns = np.fromiter(fixed, dtype=np.int64, count=len(fixed))
+    col_lo[columns] = col_hi[columns] = np.fromiter(fixed.values(), dtype=float, count=len(fixed))
+    held = _Model(cand, replace(model.form, col_lo=col_lo, col_hi=col_hi), model.cols, model.build_ms)
+    return _solve(held, STAGES[request.options.objective], clock, None)
+
+
 def _solve(model: _Model, stages: list[tuple[str, Sense]], clock: _Clock, hint: np.ndarray | None) -> Outcome:
     """Steps 2-6 on a built model."""
     solver = _Solver(get_backend(clock.options.solver), clock)
