@@ -62,9 +62,14 @@ def fleet_under_model(request: PlanRequest, counts: dict[tuple, int]) -> dict:
             request, options=msgspec.structs.replace(request.options, objective="max_goodput")
         )
     cand = build_candidates(request, resolve_profiles(request, None))
-    columns, pools = instance_units(cand, build_matrix(cand)[1])
+    form, cols = build_matrix(cand)
+    columns, pools = instance_units(cand, cols)
     keys = [tuple(row) for row in cand.pools[KEY].itertuples(index=False)]
-    fixed = {int(c): float(counts.get(_plain(keys[p]), 0)) for c, p in zip(columns, pools, strict=True)}
+    # at most a column's bound (formulation.column_bounds: instances beyond it carry nothing more)
+    fixed = {
+        int(c): min(float(counts.get(_plain(keys[p]), 0)), float(form.col_hi[c]))
+        for c, p in zip(columns, pools, strict=True)
+    }
     outcome = optimize_fixed(request, cand, fixed)
     if outcome.values is None:
         return {"milp": None, "credited": None, "missing": sorted(map(str, counts))}
