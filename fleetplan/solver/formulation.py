@@ -9,7 +9,7 @@ define_shapes). Each family returns a Block of COO
 triplets; `build_matrix` stacks them into one CSR matrix, the only form a backend sees.
 """
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import pandas as pd
@@ -111,6 +111,12 @@ class MatrixForm:
             row_blocks=[*self.row_blocks, (name, start, start + 1)],
             objectives=self.objectives,
         )
+
+    def with_fixed(self, columns: np.ndarray, values: np.ndarray) -> "MatrixForm":
+        """A copy with each of `columns` held at its entry of `values` (both bounds)."""
+        col_lo, col_hi = self.col_lo.copy(), self.col_hi.copy()
+        col_lo[columns] = col_hi[columns] = values
+        return replace(self, col_lo=col_lo, col_hi=col_hi)
 
     @property
     def nonzeros(self) -> int:

@@ -194,10 +194,9 @@ def optimize_fixed(request: PlanRequest, cand: Candidates, fixed: dict[int, floa
     plan on a fleet given elsewhere (bench/uniform_gap.py holds the instance columns at another plan's)."""
     clock = _Clock.start(request.options)
     model = build_model(cand, clock)
-    col_lo, col_hi = model.form.col_lo.copy(), model.form.col_hi.copy()
     columns = np.fromiter(fixed, dtype=np.int64, count=len(fixed))
-    col_lo[columns] = col_hi[columns] = np.fromiter(fixed.values(), dtype=float, count=len(fixed))
-    held = _Model(cand, replace(model.form, col_lo=col_lo, col_hi=col_hi), model.cols, model.build_ms)
+    values = np.fromiter(fixed.values(), dtype=float, count=len(fixed))
+    held = _Model(cand, model.form.with_fixed(columns, values), model.cols, model.build_ms)
     return _solve(held, STAGES[request.options.objective], clock, None)
 
 
@@ -496,13 +495,10 @@ def _flows_at(
     """A full start vector: the instances fixed at `x`, the flows re-solved (an LP) for `stage`."""
     form, n = model.form, model.cols.n_pools
     name, sense = stage
-    fixed = replace(form, col_lo=form.col_lo.copy(), col_hi=form.col_hi.copy())
-    fixed.col_lo[:n] = x
-    fixed.col_hi[:n] = x
     result = solver.call(
         "start",
         name,
-        fixed,
+        form.with_fixed(np.arange(n), x),
         form.objectives[name],
         sense,
         time_limit_s=time_limit_s,
