@@ -111,6 +111,55 @@ def test_marginal_value_of_one_more_device_by_hand():
     assert "budget" in capped.binding
 
 
+def test_marginal_values_equal_single_plans_with_one_more_device():
+    """Each marginal value is plan(point's request with one more device) - plan(point's request), whether
+    the LP relaxation of the plans that use the extra device settles it (screened), a MIP over those
+    plans finds one that beats the point, or none does. Purchasable types: max_count rises too."""
+    from fleetplan.whatif.grid import one_more
+
+    base = two_types(small={"max_count": 3}, big={"max_count": 1})
+    budgets = [0.5, 2.0, 3.5, 5.0, 6.0, 7.0, 20.0]
+    request = whatif(base, {"param": "budget_per_hour", "values": budgets}, baselines=False)
+    result = run_whatif(request)
+    assert result.solver.screened > 0
+    for point in result.points:
+        at = variant(base, point.coords)
+        own = plan(at, with_baselines=False).slo_rps
+        for device in at.devices:
+            more = plan(one_more(at, device.name), with_baselines=False).slo_rps
+            expected = more - own if more - own > 1e-6 else 0.0
+            value = point.marginal_rps[device.name]
+            assert value == pytest.approx(expected, abs=1e-6), (point.coords, device.name)
+
+
+def test_optimize_above_solves_the_plans_that_use_one_more_device_or_says_none_beats():
+    """Without a budget one more big device (8 RPS) is worth having, and optimize_above finds the same
+    optimum as optimize() on the request with it; under a 5 $/h budget (what the fleet costs) nothing that
+    uses it beats the point (LP settled), nor does any plan beat a floor above that optimum; objectives that
+    do not maximize first are refused."""
+    from fleetplan.solver.candidates import build_candidates
+    from fleetplan.solver.optimize import optimize, optimize_above
+    from fleetplan.solver.pipeline import resolve_profiles
+    from fleetplan.whatif.grid import one_more
+
+    def prepare(request: PlanRequest):
+        return build_candidates(request, resolve_profiles(request))
+
+    base = two_types(big={"count": 1})
+    more = one_more(base, "big")
+    best = optimize(more, prepare(more))
+    above = optimize_above(more, prepare(more), 16.0 * (1 + 1e-9), ("big", 1))
+    assert above is not None
+    assert above.primary_value == pytest.approx(best.primary_value, rel=1e-9) == pytest.approx(24.0)
+    assert optimize_above(more, prepare(more), 24.5, ("big", 1)) is None
+    capped = one_more(two_types(big={"count": 1}, budget=5.0), "big")
+    assert optimize_above(capped, prepare(capped), 16.0 * (1 + 1e-9), ("big", 1)) is None
+    options = msgspec.structs.replace(more.options, objective="min_cost")
+    cost_first = msgspec.structs.replace(more, options=options)
+    with pytest.raises(ValueError, match="maximized first stage"):
+        optimize_above(cost_first, prepare(cost_first), 0.0, ("big", 1))
+
+
 # --- sweeps against single plans -----------------------------------------------------------------------
 
 

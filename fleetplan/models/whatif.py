@@ -159,8 +159,8 @@ class Point(Base):
 
 
 class WhatIfSolver(Base):
-    """How the sweep ran: the backend, the executor and its workers, MILP solves made and points that
-    reused another point's plan."""
+    """How the sweep ran: the backend, the executor and its workers, MILP solves made, points that
+    reused another point's plan, and marginal values an LP relaxation settled without a MILP solve."""
 
     backend: str
     executor: Literal["serial", "processes", "dask"]
@@ -168,6 +168,7 @@ class WhatIfSolver(Base):
     candidates_built: Count
     solves: Count
     reused: Count
+    screened: Count = 0
 
 
 class WhatIfResult(Base):

@@ -280,6 +280,17 @@ def instance_units(cand: Candidates, cols: Columns | None) -> tuple[np.ndarray, 
     return np.concatenate([alone, offset + shape[first]]), np.concatenate([alone, first])
 
 
+def device_use_row(cand: Candidates, cols: Columns, device: str) -> np.ndarray:
+    """The coefficients of `sum_{pools on device} t * x` over the full column vector (written over
+    instance_units, as the device rows are): how many devices of that type a plan uses, bought ones
+    included."""
+    unit_cols, unit_pools = instance_units(cand, cols)
+    on = cand.pools["device"].to_numpy()[unit_pools] == device
+    row = np.zeros(cols.size)
+    row[unit_cols[on]] = cand.pools["tp"].to_numpy(float)[unit_pools[on]]
+    return row
+
+
 def define_shapes(cand: Candidates, cols: Columns) -> Block:
     """sum_{pools of shape s} x[pool] - n[s] = 0 for every pool shape with several pools (its headroom
     levels and mixes: near-twin integer columns).

@@ -31,7 +31,7 @@ from fleetplan.models.plan import Options, PlanRequest, StageRecord, StageStep
 from fleetplan.solver.backends import Sense, SolveResult, Termination, get_backend, relative_gap
 from fleetplan.solver.backends.base import Backend
 from fleetplan.solver.candidates import Candidates
-from fleetplan.solver.formulation import Columns, MatrixForm, build_matrix, previous_instances
+from fleetplan.solver.formulation import Columns, MatrixForm, build_matrix, device_use_row, previous_instances
 
 # The lexicographic stages of each objective (docs/formulation.md, "Objectives"): (objective vector, sense).
 STAGES = {
@@ -120,6 +120,9 @@ class _Solver:
     backend: Backend
     clock: _Clock
     records: list[StageRecord] = field(default_factory=list)
+    # a first-stage value the start's sub-MIP and the primary MIP must beat (optimize_above): HiGHS prunes
+    # every node whose bound does not (its objective_bound, in HiGHS's minimizing sense); None: no cutoff
+    cutoff: tuple[float, Sense] | None = None
 
     def call(
         self,
@@ -135,6 +138,9 @@ class _Solver:
         tuning = STAGE_TUNING.get((step, stage), STAGE_TUNING.get(step))
         if self.clock.options.budget_per_hour is not None and step in BUDGET_TUNING:
             tuning = {**(tuning or {}), **BUDGET_TUNING[step]}
+        if self.cutoff is not None and step in ("start", "primary"):
+            value, cutoff_sense = self.cutoff
+            tuning = {**(tuning or {}), "objective_bound": -value if cutoff_sense is Sense.MAX else value}
         result = self.backend.solve(form, objective, sense, tuning=tuning, **kwargs)
         ended = time.perf_counter()
         integer = bool(form.integer.any()) and not kwargs.get("relax", False)
@@ -200,11 +206,64 @@ def optimize_fixed(request: PlanRequest, cand: Candidates, fixed: dict[int, floa
     return _solve(held, STAGES[request.options.objective], clock, None)
 
 
+def optimize_above(
+    request: PlanRequest,
+    cand: Candidates,
+    floor: float,
+    more_than: tuple[str, int],
+    hint: np.ndarray | None = None,
+) -> Outcome | None:
+    """optimize() over the plans that use more than `more_than = (device type, n)` devices of that type
+    and whose first stage exceeds `floor` (max_goodput only: its first stage is maximized). None where
+    none does: the LP relaxation of those plans (a bound on each) is infeasible or at most `floor`, or
+    the MIP, which prunes every node whose bound does not exceed `floor` (a cutoff, not a row: the LP
+    stays as it is), finds none. A `hint` widens the start's sub-MIP box as in optimize().
+
+    A what-if point's marginal value of one more device (whatif.point.PointSolver.one_more_device): the
+    request with it has its optimum either among the plans that use it or among the point's own plans;
+    with `floor` the point's value, None means the point's plan is optimal there too, and an Outcome is
+    that request's optimum (and its cost tie-break) (docs/whatif.md, "Marginal values")."""
+    stages = STAGES[request.options.objective]
+    if stages[0][1] is not Sense.MAX:
+        raise ValueError(f"optimize_above bounds a maximized first stage; {request.options.objective} is not")
+    clock = _Clock.start(request.options)
+    built = build_model(cand, clock)
+    device, n = more_than
+    form = built.form.with_row(f"more_{device}", device_use_row(cand, built.cols, device), n + 1, np.inf)
+    model = _Model(cand, form, built.cols, built.build_ms)
+    solver = _Solver(get_backend(clock.options.solver), clock, cutoff=(floor, Sense.MAX))
+    solve_began = time.perf_counter()
+    relaxed = relax_stages(model, stages, solver)
+    lp = solver.records[0]  # the first stage's LP (relax_stages keeps only those with a value)
+    if lp.termination == str(Termination.INFEASIBLE) or (
+        lp.termination == str(Termination.OPTIMAL) and lp.objective is not None and lp.objective <= floor
+    ):
+        return None
+    outcome = _finish(model, stages, relaxed, solver, solve_began, hint)
+    if outcome.termination is Termination.INFEASIBLE:
+        return None
+    if outcome.values is not None and (outcome.primary_value is None or outcome.primary_value <= floor):
+        return None  # a backend without the cutoff (ortools) solves to the optimum, which may not exceed it
+    return outcome
+
+
 def _solve(model: _Model, stages: list[tuple[str, Sense]], clock: _Clock, hint: np.ndarray | None) -> Outcome:
     """Steps 2-6 on a built model."""
     solver = _Solver(get_backend(clock.options.solver), clock)
     solve_began = time.perf_counter()
     relaxed = relax_stages(model, stages, solver)
+    return _finish(model, stages, relaxed, solver, solve_began, hint)
+
+
+def _finish(
+    model: _Model,
+    stages: list[tuple[str, Sense]],
+    relaxed: list[SolveResult],
+    solver: _Solver,
+    solve_began: float,
+    hint: np.ndarray | None,
+) -> Outcome:
+    """Steps 2b-6, after the relaxations."""
     folded = fold_stages(model, stages, relaxed, solver)
     if folded is not None:
         primary, final = folded

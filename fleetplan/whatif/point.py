@@ -34,7 +34,7 @@ from fleetplan.solver import baselines, extract
 from fleetplan.solver.backends import Termination, relative_gap
 from fleetplan.solver.candidates import Candidates, build_candidates, check_profiles_cover, device_table
 from fleetplan.solver.formulation import pool_cost
-from fleetplan.solver.optimize import optimize, optimize_from
+from fleetplan.solver.optimize import Outcome, optimize, optimize_above, optimize_from
 from fleetplan.solver.pooled import pool_credit
 from fleetplan.whatif.grid import one_more, shares_candidates, variant, widened
 
@@ -75,6 +75,7 @@ class Solved:
     values: np.ndarray | None
     ms: float
     reused: bool = False
+    objective: float | None = None  # the MILP's first-stage value (before the pooled credit)
 
 
 def make_context(request: WhatIfRequest, coords: list[dict[str, float]], table: ProfileTable) -> SweepContext:
@@ -96,6 +97,7 @@ class PointSolver:
     solves: int = 0
     reused: int = 0
     built: int = 0
+    screened: int = 0  # marginal values settled by optimize_above's LP relaxation, without a MIP
 
     def point(self, index: int) -> Point:
         coords = self.ctx.coords[index]
@@ -133,17 +135,31 @@ class PointSolver:
     def solve(self, request: PlanRequest, cand: Candidates, start: np.ndarray | None) -> Solved:
         """The plan of `request`: another budget's plan where provably the same, else a solve seeded
         with `start` or with the latest plan on these columns."""
+        kept = self.reuse(request)
+        if kept is not None:
+            return kept
+        key, budget = budget_key(request)
+        if start is None:
+            start = self._best_start(request, key, budget)
+        began = time.perf_counter()
+        solved = solve_request(request, cand, start)
+        return self.keep(request, dataclasses.replace(solved, ms=(time.perf_counter() - began) * 1e3))
+
+    def reuse(self, request: PlanRequest) -> Solved | None:
+        """A kept plan that is provably this request's: solved under a budget B on the same request but
+        for the budget, costing at most this budget, with this budget at most B."""
         key, budget = budget_key(request)
         for solved_budget, solved in self.plans.get(key, []):
             if solved.cost <= budget + 1e-9 and budget <= solved_budget:
                 self.reused += 1
                 return dataclasses.replace(solved, reused=True, ms=0.0)
-        if start is None:
-            start = self._best_start(request, key, budget)
-        began = time.perf_counter()
-        solved = solve_request(request, cand, start)
-        solved = dataclasses.replace(solved, ms=(time.perf_counter() - began) * 1e3)
+        return None
+
+    def keep(self, request: PlanRequest, solved: Solved) -> Solved:
+        """Count a solve and keep its plan for reuse (up to its budget, or from its cost up when the
+        budget cuts nothing off) and as a start."""
         self.solves += 1
+        key, budget = budget_key(request)
         reach = np.inf if budget >= fleet_cost(request) - 1e-9 else budget
         self.plans.setdefault(key, []).append((reach, solved))
         return solved
@@ -160,11 +176,43 @@ class PointSolver:
                 continue
             more = one_more(request, device.name)
             more_cand = dataclasses.replace(cand, request=more, devices=device_table(more))
-            extra = self.solve(more, more_cand, None)
+            extra = self.one_more_device(more, more_cand, solved, (device.name, device.capacity))
             gain = extra.slo_rps - solved.slo_rps
-            noise = max(request.options.mip_rel_gap * max(extra.slo_rps, 1.0), 1e-6)
+            noise = max(request.options.mip_rel_gap * max(solved.slo_rps, 1.0), 1e-6)
             out[device.name] = round(gain, 9) if gain > noise else 0.0
         return out
+
+    def one_more_device(
+        self, more: PlanRequest, cand: Candidates, solved: Solved, device: tuple[str, int]
+    ) -> Solved:
+        """The plan of `more` (the point's request with one more device of type device[0], which it has
+        device[1] of).
+
+        A kept plan that provably answers it comes first (solve's reuse). Otherwise, every plan of `more`
+        either leaves that extra device unused, and so is a plan of the point, or uses it. So `more`'s
+        optimum is the best plan that uses it where that beats the point's MILP value by more than the MIP
+        gap, and the point's own plan otherwise: optimize.optimize_above solves exactly that (its LP
+        relaxation settles most devices without a MIP, and its MIP prunes every node that cannot beat
+        the point); the point's plan is then kept as `more`'s up to this budget. Objectives other than
+        max_goodput, and a search stopped without a plan, solve `more` itself from the point's plan."""
+        kept = self.reuse(more)
+        if kept is not None:
+            return kept
+        if more.options.objective != "max_goodput" or solved.objective is None:
+            return self.solve(more, cand, None)
+        floor = solved.objective + more.options.mip_rel_gap * max(abs(solved.objective), 1.0)
+        began = time.perf_counter()
+        outcome = optimize_above(more, cand, floor, device, hint=solved.values)
+        ms = (time.perf_counter() - began) * 1e3
+        if outcome is None:
+            self.screened += 1
+            key, budget = budget_key(more)
+            self.plans.setdefault(key, []).append((budget, solved))
+            return solved
+        status = _STATUS.get(outcome.termination)
+        if outcome.values is None or status is None:
+            return self.solve(more, cand, None)
+        return self.keep(more, dataclasses.replace(summarize(more, cand, outcome, status), ms=ms))
 
     def _best_start(self, request: PlanRequest, key: bytes, budget: float) -> np.ndarray | None:
         """The kept plan with the most SLO RPS that fits this request's devices and budget (at its
@@ -221,8 +269,16 @@ def solve_request(request: PlanRequest, cand: Candidates, start: np.ndarray | No
             f"time_limit_s={request.options.time_limit_s} at a what-if point; raise the time limit"
         )
         raise SolverFailure(msg, field="base.options.time_limit_s")
+    return summarize(request, cand, outcome, status)
+
+
+def summarize(request: PlanRequest, cand: Candidates, outcome: Outcome, status: str) -> Solved:
+    """A solved request's summary: the pooled credit applied as solver.plan applies it, then the point's
+    numbers; the MILP's own vector and value are kept for the neighbours."""
     # the MILP's own vector warm-starts the neighbours (the credited one breaks their capacity rows)
     milp_values = outcome.values
+    objective = outcome.primary_value
+    demand = float(cand.classes["rate_rps"].sum())
     cand, outcome = pool_credit(request, cand, outcome)
     sol = extract.solution_from(cand, outcome.columns, outcome.values)
     devices = extract.devices_out(cand, sol)
@@ -242,6 +298,7 @@ def solve_request(request: PlanRequest, cand: Candidates, start: np.ndarray | No
         binding=binding_constraints(request, cand, sol, cost, served),
         values=milp_values,
         ms=0.0,
+        objective=objective,
     )
 
 
@@ -316,7 +373,8 @@ def solve_chunk(
     ctx: SweepContext, indices: list[int], done: Callable[[int], None] | None = None
 ) -> tuple[list[tuple[int, Point]], dict[str, int]]:
     """One executor task: its points in falling budget order (each plan answers the lower points down to
-    its cost), and counts of candidate builds, solves and reuses; `done(1)` after each point when given."""
+    its cost), and counts of candidate builds, solves, reuses and LP-settled marginal values; `done(1)`
+    after each point when given."""
     solver = PointSolver(ctx)
     order = sorted(indices, key=lambda i: -ctx.coords[i].get("budget_per_hour", 0.0))
     out = []
@@ -324,4 +382,9 @@ def solve_chunk(
         out.append((i, solver.point(i)))
         if done is not None:
             done(1)
-    return out, {"built": solver.built, "solves": solver.solves, "reused": solver.reused}
+    return out, {
+        "built": solver.built,
+        "solves": solver.solves,
+        "reused": solver.reused,
+        "screened": solver.screened,
+    }

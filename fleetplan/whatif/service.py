@@ -46,11 +46,11 @@ def run_whatif(
     tasks = max(1, executor.workers) * CHUNKS_PER_WORKER if executor.name != "serial" else 1
     results = executor.run(solve_chunk, ctx, task_chunks(ctx, tasks), done)
     points: list[Point | None] = [None] * len(coords)
-    counts = {"built": int(ctx.shared is not None), "solves": 0, "reused": 0}
+    counts = {"built": int(ctx.shared is not None), "solves": 0, "reused": 0, "screened": 0}
     for pairs, stats in results:
         for index, point in pairs:
             points[index] = point
-        for key in ("built", "solves", "reused"):
+        for key in counts:
             counts[key] += stats[key]
     final = [p for p in points if p is not None]
     return WhatIfResult(
@@ -64,6 +64,7 @@ def run_whatif(
             candidates_built=counts["built"],
             solves=counts["solves"],
             reused=counts["reused"],
+            screened=counts["screened"],
         ),
         wall_ms=round((time.perf_counter() - began) * 1e3, 3),
     )
