@@ -132,6 +132,24 @@ def test_marginal_values_equal_single_plans_with_one_more_device():
             assert value == pytest.approx(expected, abs=1e-6), (point.coords, device.name)
 
 
+def test_marginal_values_agree_across_backends():
+    """The same sweep through Pyomo (HiGHS underneath, the cutoff passed as one of its options) gives the
+    same marginal values as the highs backend."""
+    import importlib.util
+
+    if importlib.util.find_spec("pyomo") is None:
+        pytest.skip("pyomo not installed: pip install 'fleetplan[pyomo]'")
+    base = two_types(small={"max_count": 3}, big={"max_count": 1})
+    axis = {"param": "budget_per_hour", "values": [2.0, 5.0, 20.0]}
+    reference = run_whatif(whatif(base, axis, baselines=False))
+    options = msgspec.structs.replace(base.options, solver="pyomo")
+    other = run_whatif(whatif(msgspec.structs.replace(base, options=options), axis, baselines=False))
+    for mine, theirs in zip(other.points, reference.points, strict=True):
+        assert mine.slo_rps == pytest.approx(theirs.slo_rps, abs=1e-6)
+        assert mine.marginal_rps == pytest.approx(theirs.marginal_rps, abs=1e-6)
+    assert any(v > 0 for p in reference.points for v in p.marginal_rps.values())
+
+
 def test_optimize_above_solves_the_plans_that_use_one_more_device_or_says_none_beats():
     """Without a budget one more big device (8 RPS) is worth having, and optimize_above finds the same
     optimum as optimize() on the request with it; under a 5 $/h budget (what the fleet costs) nothing that
