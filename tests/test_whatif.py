@@ -166,12 +166,13 @@ def test_optimize_above_solves_the_plans_that_use_one_more_device_or_says_none_b
     base = two_types(big={"count": 1})
     more = one_more(base, "big")
     best = optimize(more, prepare(more))
-    above = optimize_above(more, prepare(more), 16.0 * (1 + 1e-9), ("big", 1))
+    above, mip = optimize_above(more, prepare(more), 16.0 * (1 + 1e-9), ("big", 1))
     assert above is not None
+    assert mip
     assert above.primary_value == pytest.approx(best.primary_value, rel=1e-9) == pytest.approx(24.0)
-    assert optimize_above(more, prepare(more), 24.5, ("big", 1)) is None
+    assert optimize_above(more, prepare(more), 24.5, ("big", 1)) == (None, False)  # the LP says 24
     capped = one_more(two_types(big={"count": 1}, budget=5.0), "big")
-    assert optimize_above(capped, prepare(capped), 16.0 * (1 + 1e-9), ("big", 1)) is None
+    assert optimize_above(capped, prepare(capped), 16.0 * (1 + 1e-9), ("big", 1))[0] is None
     options = msgspec.structs.replace(more.options, objective="min_cost")
     cost_first = msgspec.structs.replace(more, options=options)
     with pytest.raises(ValueError, match="maximized first stage"):

@@ -212,12 +212,13 @@ def optimize_above(
     floor: float,
     more_than: tuple[str, int],
     hint: np.ndarray | None = None,
-) -> Outcome | None:
+) -> tuple[Outcome | None, bool]:
     """optimize() over the plans that use more than `more_than = (device type, n)` devices of that type
-    and whose first stage exceeds `floor` (max_goodput only: its first stage is maximized). None where
-    none does: the LP relaxation of those plans (a bound on each) is infeasible or at most `floor`, or
-    the MIP, which prunes every node whose bound does not exceed `floor` (a cutoff, not a row: the LP
-    stays as it is), finds none. A `hint` widens the start's sub-MIP box as in optimize().
+    and whose first stage exceeds `floor` (max_goodput only: its first stage is maximized), and whether
+    the MIP ran. None where no plan does: the LP relaxation of those plans (a bound on each) is
+    infeasible or at most `floor` (no MIP), or the MIP, which prunes every node whose bound does not
+    exceed `floor` (a cutoff, not a row: the LP stays as it is), finds none. A `hint` widens the start's
+    sub-MIP box as in optimize().
 
     A what-if point's marginal value of one more device (whatif.point.PointSolver.one_more_device): the
     request with it has its optimum either among the plans that use it or among the point's own plans;
@@ -238,13 +239,13 @@ def optimize_above(
     if lp.termination == str(Termination.INFEASIBLE) or (
         lp.termination == str(Termination.OPTIMAL) and lp.objective is not None and lp.objective <= floor
     ):
-        return None
+        return None, False
     outcome = _finish(model, stages, relaxed, solver, solve_began, hint)
     if outcome.termination is Termination.INFEASIBLE:
-        return None
+        return None, True
     if outcome.values is not None and (outcome.primary_value is None or outcome.primary_value <= floor):
-        return None  # a backend without the cutoff (ortools) solves to the optimum, which may not exceed it
-    return outcome
+        return None, True  # a backend without the cutoff (ortools) solves to its optimum: not above it
+    return outcome, True
 
 
 def _solve(model: _Model, stages: list[tuple[str, Sense]], clock: _Clock, hint: np.ndarray | None) -> Outcome:

@@ -178,7 +178,7 @@ class PointSolver:
             more_cand = dataclasses.replace(cand, request=more, devices=device_table(more))
             extra = self.one_more_device(more, more_cand, solved, (device.name, device.capacity))
             gain = extra.slo_rps - solved.slo_rps
-            noise = max(request.options.mip_rel_gap * max(solved.slo_rps, 1.0), 1e-6)
+            noise = max(request.options.mip_rel_gap * max(extra.slo_rps, 1.0), 1e-6)
             out[device.name] = round(gain, 9) if gain > noise else 0.0
         return out
 
@@ -202,15 +202,17 @@ class PointSolver:
             return self.solve(more, cand, None)
         floor = solved.objective + more.options.mip_rel_gap * max(abs(solved.objective), 1.0)
         began = time.perf_counter()
-        outcome = optimize_above(more, cand, floor, device, hint=solved.values)
+        outcome, mip = optimize_above(more, cand, floor, device, hint=solved.values)
         ms = (time.perf_counter() - began) * 1e3
         if outcome is None:
-            self.screened += 1
+            self.solves += mip
+            self.screened += not mip
             key, budget = budget_key(more)
             self.plans.setdefault(key, []).append((budget, solved))
             return solved
         status = _STATUS.get(outcome.termination)
         if outcome.values is None or status is None:
+            self.solves += 1
             return self.solve(more, cand, None)
         return self.keep(more, dataclasses.replace(summarize(more, cand, outcome, status), ms=ms))
 
