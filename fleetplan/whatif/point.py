@@ -156,9 +156,13 @@ class PointSolver:
         return None
 
     def keep(self, request: PlanRequest, solved: Solved) -> Solved:
-        """Count a solve and keep its plan for reuse (up to its budget, or from its cost up when the
-        budget cuts nothing off) and as a start."""
+        """Count a solve and remember its plan."""
         self.solves += 1
+        return self.remember(request, solved)
+
+    def remember(self, request: PlanRequest, solved: Solved) -> Solved:
+        """Keep `solved` as the plan of `request` for reuse (up to its budget, or from its cost up when
+        the budget cuts nothing off) and as a start."""
         key, budget = budget_key(request)
         reach = np.inf if budget >= fleet_cost(request) - 1e-9 else budget
         self.plans.setdefault(key, []).append((reach, solved))
@@ -207,9 +211,7 @@ class PointSolver:
         if outcome is None:
             self.solves += mip
             self.screened += not mip
-            key, budget = budget_key(more)
-            self.plans.setdefault(key, []).append((budget, solved))
-            return solved
+            return self.remember(more, solved)
         status = _STATUS.get(outcome.termination)
         if outcome.values is None or status is None:
             self.solves += 1
