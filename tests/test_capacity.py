@@ -21,6 +21,7 @@ from scipy import integrate, optimize, stats
 
 from fleetplan import fixtures
 from fleetplan.models.codec import read_request
+from fleetplan.models.fleet import Link
 from fleetplan.models.plan import Plan, PlanRequest
 from fleetplan.models.workload import Slo, Workload
 from fleetplan.profiler.latency import Z90, Z99
@@ -135,6 +136,7 @@ def use_table(n: int = 1, **fields) -> capacity.UseTable:
         "kv_slack_ms": 0.0,
         "share": 1.0,
         "kv_share": 1.0,
+        "kv_links": 1.0,
     }
     unknown = set(fields) - set(defaults)
     assert not unknown, unknown
@@ -753,7 +755,7 @@ def test_nic_caps_md1_wait_at_the_cap_is_the_nic_share_of_the_reserve():
         min_bw=[25.0, 25.0, 25.0 / 3.0, 25.0],
     )
     cap, usable = capacity.nic_caps(t)
-    allowance = 30.0 / capacity.KV_SERVERS
+    allowance = 30.0 / (capacity.NIC_SERVERS + 1)
     assert md1_mean_wait(cap[0], 8.0) == pytest.approx(allowance, rel=1e-9)
     assert md1_mean_wait(cap[1], 8.0 * 2.5) == pytest.approx(allowance, rel=1e-9)
     assert cap[1] < cap[0]  # kv_share > 1: waits behind a longer transfer
@@ -778,12 +780,65 @@ def test_kv_wait_mean_is_the_sum_of_both_nics_md1_waits():
     )
     prob, mean = capacity.kv_wait(t)
     for i, (d, slack) in enumerate([(8.0, 30.0), (16.0, 30.0), (30.0, 6.0)]):
-        u = md1_cap_ref(d, slack / capacity.KV_SERVERS)
+        u = md1_cap_ref(d, slack / (capacity.NIC_SERVERS + 1))
         assert prob[i] == pytest.approx(1 - (1 - u) ** 2, rel=1e-9)  # either NIC busy on arrival
         assert prob[i] * mean[i] == pytest.approx(2 * md1_mean_wait(u, d), rel=1e-9)
-        assert prob[i] * mean[i] == pytest.approx(2 * slack / capacity.KV_SERVERS, rel=1e-9)
+        assert prob[i] * mean[i] == pytest.approx(2 * slack / (capacity.NIC_SERVERS + 1), rel=1e-9)
     assert prob[3] == 0.0
     assert mean[3] == 0.0
+
+
+@pytest.mark.parametrize("links", [0, 1, 2])
+def test_kv_reserve_is_shared_by_the_servers_a_transfer_crosses(links):
+    """Two NICs and `links` budgeted links share a prefill use's KV reserve in equal parts: each NIC's M/D/1
+    mean wait at its cap is one part, and the TTFT limit gives up one part per link (none without one)."""
+    slack, t_kv = 30.0, 8.0
+    t = use_table(1, t_kv=t_kv, kv_slack_ms=slack, kv_links=float(links), own_bw=25.0, min_bw=25.0)
+    part = slack / (2 + links)
+    assert capacity.kv_servers(t)[0] == 2 + links
+    assert md1_mean_wait(capacity.nic_caps(t)[0][0], t_kv) == pytest.approx(part, rel=1e-9)
+    assert capacity.link_reserve(t)[0] == pytest.approx(links * part, rel=1e-12)
+
+
+def test_a_transfer_that_crosses_no_budgeted_link_keeps_its_ttft_for_the_prefill_queue():
+    """Without a link on its way a prefill use is admitted at least what it was with one (the same
+    reserve: the NICs' part grows, nothing is held back from the limit), and strictly more here."""
+    cv = curves([1.0], [flat(30.0)], [flat(5.0)], n=2)
+    t = use_table(
+        2,
+        rate=1e3 / 30.0,
+        ttft_q=30.0,
+        ttft_slo=120.0,
+        t_kv=8.0,
+        kv_links=[0.0, 1.0],
+        own_bw=25.0,
+        min_bw=25.0,
+    )
+    t = capacity.with_kv_reserve(t, cv)
+    assert t.kv_slack_ms[0] == pytest.approx(t.kv_slack_ms[1], rel=1e-12)
+    free, linked = np.minimum(capacity.rates(t, cv), t.nic_u * 1e3 / t.t_kv)
+    assert free > linked > 0
+
+
+def test_kv_links_count_the_budgets_the_simulator_books():
+    """A prefill use crosses its (source, target) link budget and, between device types, the fleet's
+    kv_budget_gbps (simulator/kv.py books both); a decode use takes the most among its senders; without
+    any budget nothing is crossed."""
+    paper = read_request(fixtures.request_path("paper"))
+    table = resolve_profiles(paper, None)
+    assert not build_candidates(paper, table).uses["kv_links"].any()
+    budgeted = msgspec.structs.replace(
+        paper,
+        links=[msgspec.convert({"source": "tpu-v5e", "target": "inf2", "gbps": 400.0}, type=Link)],
+        kv_budget_gbps=400.0,
+    )
+    uses = build_candidates(budgeted, table).uses
+    links = uses.groupby(["role", "device", "key"])["kv_links"].max()
+    assert links["prefill", "tpu-v5e", "inf2"] == 2
+    assert links["prefill", "tpu-v5e", "a6000ada"] == 1
+    assert links["prefill", "tpu-v5e", "tpu-v5e"] == 0
+    assert links["decode", "inf2", "inf2"] == 2
+    assert (links["colocated"] == 0).all()
 
 
 def _reserve_table(percentile: int) -> tuple[capacity.UseTable, capacity.Curves, float]:
@@ -1099,7 +1154,7 @@ def test_nic_utilization_trades_nic_cap_for_prefill_load_at_p99():
         2, ttft_slo=[600.0, 600.0], epsilon=[0.005, 0.05], t_kv=[56.0, 56.0], kv_share=[2.0, 1.0]
     )
     t = capacity.with_kv_reserve(t, cv)
-    mean_cap = capacity.md1_cap(t.t_kv * t.kv_share, t.kv_slack_ms / capacity.KV_SERVERS)
+    mean_cap = capacity.md1_cap(t.t_kv * t.kv_share, t.kv_slack_ms / (capacity.NIC_SERVERS + 1))
     chosen = t.nic_u
     at_mean = dataclasses.replace(t, nic_u=mean_cap)
     rate_at_mean = capacity.rates(at_mean, cv)

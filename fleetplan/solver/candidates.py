@@ -351,6 +351,7 @@ def _build_candidates(request: PlanRequest, table: ProfileTable) -> Candidates:
     uses = role_uses(points, classes, request)
     keyed = bool(request.links) or request.kv_budget_gbps is not None
     uses = flow_tiers(uses, classes, keyed)
+    uses["kv_links"] = kv_links(uses, request)
     # A decode use nobody's prefill can reach, or a prefill use with no decode tier, carries no flow.
     uses = _drop_unreachable(uses)
     book = curve_book(at_prompt)
@@ -361,6 +362,23 @@ def _build_candidates(request: PlanRequest, table: ProfileTable) -> Candidates:
     pools, uses = drop_dominated_pools(pools, uses)
     uses = uses.sort_values(["pool", "w", "key", "level"], kind="stable").reset_index(drop=True)
     return Candidates(request, classes, latency, pools, uses, devices, keyed, link_rho, book)
+
+
+def kv_links(uses: pd.DataFrame, request: PlanRequest) -> np.ndarray:
+    """Per use, how many link queues its KV transfers cross, as the simulator books them (simulator/kv.py):
+    a prefill use's (source, target) link budget and the fleet's `kv_budget_gbps` for a move between
+    device types; a decode use takes the most among its class's prefill uses that send to its device (the
+    same key); 0 for colocated uses and wherever nothing is budgeted (an unkeyed set)."""
+    source, target = uses["device"].to_numpy(), uses["key"].to_numpy()
+    prefill = (uses["role"] == "prefill").to_numpy() & (target != ANY_DEVICE)
+    budgeted = {(link.source, link.target) for link in request.links if link.gbps > 0}
+    on_link = np.array([(s, t) in budgeted for s, t in zip(source, target, strict=True)], dtype=bool)
+    shared = request.kv_budget_gbps is not None and request.kv_budget_gbps > 0
+    crossing = np.where(prefill, on_link.astype(float) + (shared & (source != target)), 0.0)
+    senders = uses.assign(links=crossing)[prefill].groupby(["w", "key"])["links"].max()
+    received = pd.MultiIndex.from_arrays([uses["w"], uses["key"]]).map(senders).to_numpy(float)
+    decode = (uses["role"] == "decode").to_numpy()
+    return np.where(decode, np.nan_to_num(received), crossing)
 
 
 def _drop_unreachable(uses: pd.DataFrame) -> pd.DataFrame:
@@ -399,7 +417,9 @@ def link_headroom(uses: pd.DataFrame, request: PlanRequest) -> tuple[pd.DataFram
             crossing = prefill & (source == key[0]) & (target == key[1])
         # a FIFO link: every sender's wait is set by the longest transfer that may cross it
         hold = 1e3 * uses["kv_gbit"].to_numpy(float)[crossing] / max(gbps, 1e-9)
-        allowance = uses["kv_slack_ms"].to_numpy(float)[crossing] / capacity.KV_SERVERS
+        # its part of the KV reserve, shared with the two NICs and any other budget on the way
+        part = uses["kv_slack_ms"] / (capacity.NIC_SERVERS + uses["kv_links"])
+        allowance = part.to_numpy(float)[crossing]
         epsilon = capacity.TAIL_MARGIN * (1.0 - percentile[uses["w"].to_numpy()[crossing]] / 100.0)
         kept = np.ones(len(hold), dtype=bool)
         for _ in range(2):  # once more without the senders the longest transfer pushed out

@@ -42,7 +42,9 @@ from scipy.special import ndtr
 from fleetplan.profiler.latency import quantile_ms, quantile_params_array
 
 KV_SHARE = 0.25  # of the TTFT slack, reserved for the mean waits of the KV transfer queues
-KV_SERVERS = 3  # source NIC, destination NIC, link: each gets an equal part of the KV reserve
+# The KV reserve is shared in equal parts by the FIFO servers a transfer crosses: its source and destination
+# NICs and every budgeted link on its way (UseTable.kv_links; kv_servers)
+NIC_SERVERS = 2
 RHO_MIN = 0.02  # a use admissible below this utilization is not worth a pool
 NIC_FLOOR = 0.2  # a use whose KV transfers fit only below this NIC time share would throttle its pool
 BISECTIONS = 40
@@ -457,6 +459,11 @@ class UseTable:
     share: np.ndarray
     # >= 1: the longest KV transfer that may hold the same NICs (classes sharing its pool shape), over its own
     kv_share: np.ndarray
+    # budgeted link queues the use's transfers cross (0, 1 or 2: its (source, target) link budget, the
+    # fleet's kv_budget_gbps for a move between device types; a decode use: the most among the prefill uses
+    # that send to it; candidates.kv_links). They share the KV reserve with the two NICs (kv_servers), and
+    # a prefill use's TTFT limit gives up their parts (link_reserve). None: one link
+    kv_links: np.ndarray | None = None
     # NIC utilization cap per use (nic_utilization); None: the M/D/1 mean-wait cap alone
     nic_u: np.ndarray | None = None
     # instances behind join-shortest-queue in the use's pool (None: one; the MILP plans per instance)
@@ -480,7 +487,7 @@ def with_kv_reserve(t: UseTable, curves: Curves) -> UseTable:
     prefill = (t.role == "prefill") & (t.t_kv > 0)
     slack = np.where(prefill, KV_SHARE * np.maximum(t.ttft_slo - single - t.t_kv, 0.0), np.inf)
     # prefill uses whose NICs could run only below NIC_FLOOR are dropped (nic_caps): they do not count
-    kept = prefill & (md1_cap(t.t_kv * t.kv_share, slack / KV_SERVERS) >= NIC_FLOOR)
+    kept = prefill & (md1_cap(t.t_kv * t.kv_share, slack / kv_servers(t)) >= NIC_FLOOR)
     by_class = np.full(int(t.w.max(initial=0)) + 1, np.inf)
     np.minimum.at(by_class, t.w[kept], slack[kept])
     decode = (t.role == "decode") & (t.t_kv > 0)
@@ -510,7 +517,7 @@ def nic_utilization(t: UseTable, curves: Curves) -> np.ndarray:
     tried = (trial >= NIC_FLOOR) | (fractions == 1.0)
     rows = np.tile(np.flatnonzero(pre), NIC_STEPS)[tried]
     s, c = take_rows(t, rows), take_rows(curves, rows)
-    limit = s.ttft_slo - s.t_kv - s.kv_slack_ms / KV_SERVERS
+    limit = s.ttft_slo - s.t_kv - link_reserve(s)
     kv = _two_nic_wait(trial[tried], s.t_kv * s.kv_share)
     carried = np.full(len(trial), -1.0)
     carried[tried] = np.minimum(
@@ -537,10 +544,26 @@ def rates(t: UseTable, curves: Curves, levels: int | None = None) -> np.ndarray:
     return out
 
 
+def kv_servers(t: UseTable) -> np.ndarray:
+    """How many FIFO servers share each use's KV reserve: its two NICs and the budgeted links its transfers
+    cross (one link where `kv_links` is not given)."""
+    links = np.ones(len(t.rate)) if t.kv_links is None else t.kv_links
+    return NIC_SERVERS + links
+
+
+def link_reserve(t: UseTable) -> np.ndarray:
+    """The part of a prefill use's TTFT held back for the link queues its KV crosses (ms): one equal part of
+    its KV reserve per link (a link's wait is capped by that part: candidates.link_headroom). A transfer
+    that crosses no budgeted link waits for no link (the simulator has no queue there), so its reserve is
+    the two NICs' alone and no TTFT is held back."""
+    links = np.ones(len(t.rate)) if t.kv_links is None else t.kv_links
+    return np.where(t.t_kv > 0, links * t.kv_slack_ms / kv_servers(t), 0.0)
+
+
 def _prefill_rates(t: UseTable, curves: Curves, levels: int | None) -> np.ndarray:
     # the KV cache crosses the two NICs at their caps: those waits join the TTFT tail; a link budget's
     # share of the reserve is taken off the limit
-    limit = t.ttft_slo - t.t_kv - np.where(t.t_kv > 0, t.kv_slack_ms / KV_SERVERS, 0.0)
+    limit = t.ttft_slo - t.t_kv - link_reserve(t)
     kv = kv_wait(t)
     return prefill_admissible(curves, t.batch, limit, t.epsilon, t.rate, kv, t.share, levels, t.servers)
 
@@ -624,7 +647,7 @@ def _nic_u(t: UseTable) -> np.ndarray:
 
 def _mean_wait_nic_cap(t: UseTable) -> np.ndarray:
     """The M/D/1 utilization whose mean wait behind the longest transfer fits the NIC's reserve share."""
-    return np.where(t.t_kv > 0, md1_cap(t.t_kv * t.kv_share, t.kv_slack_ms / KV_SERVERS), 0.0)
+    return np.where(t.t_kv > 0, md1_cap(t.t_kv * t.kv_share, t.kv_slack_ms / kv_servers(t)), 0.0)
 
 
 def _two_nic_wait(u: np.ndarray, longest: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -105,6 +105,7 @@ def use_table(uses: pd.DataFrame, classes: pd.DataFrame) -> capacity.UseTable:
         kv_slack_ms=np.zeros(len(uses)),
         share=_share(uses, c),
         kv_share=_kv_share(uses, t_kv),
+        kv_links=uses["kv_links"].to_numpy(float),
     )
 
 
