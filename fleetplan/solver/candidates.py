@@ -410,6 +410,8 @@ def link_headroom(uses: pd.DataFrame, request: PlanRequest) -> tuple[pd.DataFram
     percentile = np.array([w.slo.percentile for w in request.workloads], dtype=float)
     prefill = (uses["role"] == "prefill").to_numpy()
     source, target = uses["device"].to_numpy(), uses["key"].to_numpy()
+    # each sender's part of its KV reserve, shared with its two NICs and any other budget on its way
+    part = (uses["kv_slack_ms"] / (capacity.NIC_SERVERS + uses["kv_links"])).to_numpy(float)
     for key, gbps in budgets.items():
         if key is None:
             crossing = prefill & (source != target) & (target != ANY_DEVICE)
@@ -417,9 +419,7 @@ def link_headroom(uses: pd.DataFrame, request: PlanRequest) -> tuple[pd.DataFram
             crossing = prefill & (source == key[0]) & (target == key[1])
         # a FIFO link: every sender's wait is set by the longest transfer that may cross it
         hold = 1e3 * uses["kv_gbit"].to_numpy(float)[crossing] / max(gbps, 1e-9)
-        # its part of the KV reserve, shared with the two NICs and any other budget on the way
-        part = uses["kv_slack_ms"] / (capacity.NIC_SERVERS + uses["kv_links"])
-        allowance = part.to_numpy(float)[crossing]
+        allowance = part[crossing]
         epsilon = capacity.TAIL_MARGIN * (1.0 - percentile[uses["w"].to_numpy()[crossing]] / 100.0)
         kept = np.ones(len(hold), dtype=bool)
         for _ in range(2):  # once more without the senders the longest transfer pushed out

@@ -547,8 +547,11 @@ def rates(t: UseTable, curves: Curves, levels: int | None = None) -> np.ndarray:
 def kv_servers(t: UseTable) -> np.ndarray:
     """How many FIFO servers share each use's KV reserve: its two NICs and the budgeted links its transfers
     cross (one link where `kv_links` is not given)."""
-    links = np.ones(len(t.rate)) if t.kv_links is None else t.kv_links
-    return NIC_SERVERS + links
+    return NIC_SERVERS + _links(t)
+
+
+def _links(t: UseTable) -> np.ndarray:
+    return np.ones(len(t.rate)) if t.kv_links is None else t.kv_links
 
 
 def link_reserve(t: UseTable) -> np.ndarray:
@@ -556,8 +559,7 @@ def link_reserve(t: UseTable) -> np.ndarray:
     its KV reserve per link (a link's wait is capped by that part: candidates.link_headroom). A transfer
     that crosses no budgeted link waits for no link (the simulator has no queue there), so its reserve is
     the two NICs' alone and no TTFT is held back."""
-    links = np.ones(len(t.rate)) if t.kv_links is None else t.kv_links
-    return np.where(t.t_kv > 0, links * t.kv_slack_ms / kv_servers(t), 0.0)
+    return np.where(t.t_kv > 0, _links(t) * t.kv_slack_ms / kv_servers(t), 0.0)
 
 
 def _prefill_rates(t: UseTable, curves: Curves, levels: int | None) -> np.ndarray:
