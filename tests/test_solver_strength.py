@@ -26,7 +26,7 @@ from fleetplan.models import PlanRequest
 from fleetplan.solver import extract, plan
 from fleetplan.solver.backends import Sense, get_backend
 from fleetplan.solver.candidates import build_candidates
-from fleetplan.solver.formulation import KEY, MatrixForm, build_matrix, define_device_cuts
+from fleetplan.solver.formulation import KEY, MatrixForm, build_matrix, define_device_cuts, switch_values
 from fleetplan.solver.pipeline import resolve_profiles
 
 SETTINGS = settings(
@@ -59,8 +59,11 @@ def _compare(request: PlanRequest) -> None:
         return
     strong, cols = build_matrix(cand)
     plain, _ = build_matrix(cand, strengthen=False)
-    # the plain model's columns are a prefix: the shape counts n[s] come last
-    assert strong.A.shape[1] == plain.A.shape[1] + cols.n_shapes
+    # the plain model's columns are a prefix: the shape counts n[s] and the owner switches z[o] come last
+    assert strong.A.shape[1] == plain.A.shape[1] + cols.n_shapes + cols.n_switches
+    assert cols.n_switches == (
+        cand.pools["owner"].nunique() if request.options.budget_per_hour is not None else 0
+    )
     # the LP relaxation of the strengthened model is never looser
     lp_strong, lp_plain = (
         _solve(strong, "goodput", Sense.MAX, True),
@@ -100,6 +103,13 @@ def _feasible(form: MatrixForm, values: np.ndarray, tol: float = 1e-6) -> bool:
 @SETTINGS
 @given(tiny_requests(pooling="model", with_nic=None, with_links=None, n_classes=2))
 def test_strengthened_model_keeps_the_optima_flat(request):
+    _compare(request)
+
+
+@SETTINGS
+@given(tiny_requests(pooling="class", with_nic=None, with_links=None, n_classes=2, with_budget=True))
+def test_strengthened_model_keeps_the_optima_under_a_budget(request):
+    # the owner switches z[o] are only built under a budget; per-class pooling gives one per class
     _compare(request)
 
 
@@ -195,8 +205,8 @@ def test_device_use_columns_only_under_a_budget_and_equal_to_the_devices_used():
     cand = _candidates(capped)
     form, cols = build_matrix(cand)
     assert cols.n_used == len(capped.devices) == 3
-    assert form.A.shape[1] == free.A.shape[1] + 3
-    assert form.integer[cols.used_offset :].all()  # u[k], then the shape counts n[s]
+    assert form.A.shape[1] == free.A.shape[1] + 3 + cols.n_switches
+    assert form.integer[cols.used_offset :].all()  # u[k], then the shape counts n[s], then z[o]
     (budget,) = [(b, e) for name, b, e in form.row_blocks if name == "budget"]
     assert budget[1] - budget[0] == 2  # over x, and over u
     result = _solve(form, "goodput", Sense.MAX)
@@ -312,7 +322,7 @@ def test_shape_columns_keep_the_paper_optimum(budget):
     x = ours.values[: cols.n_pools]
     member = cols.shape >= 0
     summed = np.bincount(cols.shape[member], weights=x[member], minlength=cols.n_shapes)
-    assert ours.values[cols.shape_offset :] == pytest.approx(summed, abs=1e-6)
+    assert ours.values[cols.shape_offset : cols.switch_offset] == pytest.approx(summed, abs=1e-6)
     assert _feasible(plain, ours.values[: plain.A.shape[1]])
 
 
@@ -357,3 +367,85 @@ def test_shape_bounds_follow_the_plan_in_force_of_a_replan():
     assert in_force[mine].sum() == fit[mine][0] > summed[s]
     assert form.col_hi[: cols.n_pools][mine] @ np.ones(mine.sum()) >= fit[mine][0]
     assert form.col_hi[cols.shape_offset + s] == fit[mine][0]  # not the demand bound summed[s]
+
+
+# ------------------------------------------------------------------------------------ owner switches z[o]
+
+
+def _paper_at(budget: float):
+    from fleetplan import fixtures
+    from fleetplan.models.codec import read_request
+
+    base = read_request(fixtures.request_path("paper"))
+    return msgspec.structs.replace(
+        base, options=msgspec.structs.replace(base.options, budget_per_hour=budget)
+    )
+
+
+def test_owner_switch_rows_by_hand():
+    # paper.json pools per model: one switch per model, its served row weighted by the model's whole demand
+    cand = _candidates(_paper_at(14.0))
+    form, cols = build_matrix(cand)
+    assert cols.n_switches == 3
+    (begin, end) = [(b, e) for name, b, e in form.row_blocks if name == "switches"][0]
+    rows = form.A[begin:end].toarray()
+    owners = sorted(cand.pools["owner"].unique())
+    z = cols.switch_offset + np.arange(3)
+    # served rows: -Lambda_o on z[o]; 16 + 12 + 8, 8 + 6 + 4 and 4 + 3 + 2 requests/s
+    assert rows[:3, z].tolist() == [[-36.0, 0, 0], [0, -18.0, 0], [0, 0, -9.0]]
+    served = rows[:3, cols.use_offset : cols.chain_offset]
+    role = cand.uses["role"].to_numpy()
+    for o, owner in enumerate(owners):
+        mine = (cand.uses["owner"] == owner).to_numpy()
+        assert (served[o] == ((role != "decode") & mine)).all()
+    # instance rows: z[o] needs a whole prefill and a whole decode instance of its own pools
+    assert rows[3:, z].tolist() == [[-1, 0, 0], [0, -1, 0], [0, 0, -1]] * 2
+    assert (form.row_lo[begin + 3 : end] == 0).all()
+    assert (form.row_hi[begin + 3 : end] == np.inf).all()
+    unbudgeted, free_cols = build_matrix(_candidates(_paper_at(None)))
+    assert free_cols.n_switches == 0
+    assert "switches" not in [name for name, b, e in unbudgeted.row_blocks if e > b]
+
+
+def test_owner_switches_keep_the_optimum_and_split_the_budget_sliver():
+    """At 20.61 $/h paper.json serves every llama request and no mistral one (54.0 requests/s by hand), but
+    the LP relaxation buys slivers of mistral instances with the last dollars (55.10). Either branch on
+    mistral's switch is tighter than that relaxation, and the optimum is the plain model's."""
+    cand = _candidates(_paper_at(60 * 34 / 99))
+    form, cols = build_matrix(cand)
+    plain, _ = build_matrix(cand, strengthen=False)
+    ours, reference = _solve(form, "goodput", Sense.MAX), _solve(plain, "goodput", Sense.MAX)
+    assert ours.objective == pytest.approx(54.0, rel=1e-6)
+    assert reference.objective == pytest.approx(54.0, rel=1e-6)
+    no_switches = _solve(_without_switches(form, cols), "goodput", Sense.MAX, relax=True).objective
+    mistral = cols.switch_offset + sorted(cand.pools["owner"].unique()).index("mistral-7b")
+    branches = [
+        _solve(
+            form.with_fixed(np.array([mistral]), np.array([v])), "goodput", Sense.MAX, relax=True
+        ).objective
+        for v in (0.0, 1.0)
+    ]
+    assert branches[0] == pytest.approx(54.0, rel=1e-6)  # mistral out: the llama demand is all there is
+    assert max(branches) < no_switches - 0.1
+    # the switches a start vector gets from its instances (optimize._flows_at) keep every row
+    x = np.round(ours.values[: cols.n_pools])
+    start = ours.values.copy()
+    start[cols.switch_offset :] = switch_values(cand, cols, x)
+    assert _feasible(form, start)
+    assert start[mistral] == 0.0
+
+
+def _without_switches(form: MatrixForm, cols) -> MatrixForm:
+    """The same model with every z[o] free in [0, 1] and its rows dropped: what the relaxation was before."""
+    (begin, end) = [(b, e) for name, b, e in form.row_blocks if name == "switches"][0]
+    keep = np.r_[0:begin, end : form.A.shape[0]]
+    return MatrixForm(
+        A=form.A[keep],
+        row_lo=form.row_lo[keep],
+        row_hi=form.row_hi[keep],
+        col_lo=form.col_lo,
+        col_hi=form.col_hi,
+        integer=form.integer,
+        row_blocks=[],
+        objectives=form.objectives,
+    )

@@ -5,7 +5,8 @@ destination key) | s[w, key, tier] (KV-flow slack carried down the bandwidth tie
 max_min_fraction) | d[k] (only for a churn-limited re-plan: instances moved per pool key k) | b[k] (integer
 devices bought, only for purchasable types: `Device.max_count`) | u[k] (integer devices used per type, only
 under budget_per_hour: define_device_use) | n[s] (integer instances per pool shape with more than one pool:
-define_shapes). Each family returns a Block of COO
+define_shapes) | z[o] (binary: owner o's pools serve at all; only under budget_per_hour: define_switches).
+Each family returns a Block of COO
 triplets; `build_matrix` stacks them into one CSR matrix, the only form a backend sees.
 """
 
@@ -46,6 +47,8 @@ class Columns:
     n_used: int = 0  # u[k] columns (devices used per type), only under budget_per_hour (define_device_use)
     # per pool: its shape's n[s] column number s (define_shapes), or -1 where the pool is its shape's only one
     shape: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    # per pool: its owner's z[o] column number o (define_switches); empty where the model has no z columns
+    switch: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
 
     @property
     def use_offset(self) -> int:
@@ -80,8 +83,16 @@ class Columns:
         return int(self.shape.max(initial=-1)) + 1
 
     @property
-    def size(self) -> int:
+    def switch_offset(self) -> int:
         return self.shape_offset + self.n_shapes
+
+    @property
+    def n_switches(self) -> int:
+        return int(self.switch.max(initial=-1)) + 1
+
+    @property
+    def size(self) -> int:
+        return self.switch_offset + self.n_switches
 
 
 @dataclass
@@ -313,6 +324,64 @@ def define_shapes(cand: Candidates, cols: Columns) -> Block:
         np.zeros(n),
         np.zeros(n),
     )
+
+
+def owner_numbers(cand: Candidates) -> np.ndarray:
+    """Per pool, the number o (0, 1, ...) of its owner (a model, or a class under per-class pooling)."""
+    return np.unique(cand.pools["owner"].to_numpy(), return_inverse=True)[1].astype(np.int64)
+
+
+def define_switches(cand: Candidates, cols: Columns) -> Block:
+    """Per owner o with pools: served[o] - Lambda_o * z[o] <= 0, sum_{units of o that prefill} n - z[o] >= 0
+    and sum_{units of o that decode} n - z[o] >= 0, with z[o] binary (a valid inequality per owner).
+
+    served[o] is the sum of served[w] over the owner's classes and Lambda_o their demand; a unit prefills
+    when its role is prefill or colocated, decodes when decode or colocated (instance_units: n[s] for a
+    shape's pools, x for a pool alone). Valid: an integer plan that serves any of o's requests has a
+    colocated instance, or a prefill instance whose KV flow lands on a decode instance (the KV-flow rows),
+    so z[o] = 1 keeps all three rows; one that serves none takes z[o] = 0. Every integer plan extends, so
+    the optima are unchanged.
+
+    What it buys is a branch the solver can take: z[o] = 0 takes the owner out (its flows to 0), z[o] = 1
+    pays for a whole prefill and a whole decode instance before any of its demand counts. Under a budget
+    the LP relaxation serves a sliver of an owner with slivers of instances bought from the last dollars;
+    branching on x alone proves that no whole pair fits only after thousands of nodes (docs/solvers.md,
+    "Owner switches": paper.json at 20.61 $/h, 754-7,796 nodes -> 7-8).
+    """
+    n = cols.n_switches
+    if not n:
+        return _empty("switches")
+    pools = cand.pools
+    index, w = served_coefficients(cand)
+    served_owner = cols.switch[cand.uses["pool"].to_numpy()[index]]
+    pairs = np.unique(np.stack([served_owner, w]), axis=1)
+    demand = np.bincount(pairs[0], weights=cand.classes["rate_rps"].to_numpy(float)[pairs[1]], minlength=n)
+    unit_cols, unit_pools = instance_units(cand, cols)
+    role, owner = pools["role"].to_numpy()[unit_pools], cols.switch[unit_pools]
+    prefills, decodes = role != "decode", role != "prefill"
+    z = cols.switch_offset + np.arange(n)
+    return Block(
+        "switches",
+        3 * n,
+        np.concatenate([served_owner, n + owner[prefills], 2 * n + owner[decodes], np.arange(3 * n)]),
+        np.concatenate([cols.use_offset + index, unit_cols[prefills], unit_cols[decodes], z, z, z]),
+        np.concatenate([np.ones(len(index) + prefills.sum() + decodes.sum()), -demand, -np.ones(2 * n)]),
+        np.concatenate([np.full(n, -INF), np.zeros(2 * n)]),
+        np.concatenate([np.zeros(n), np.full(2 * n, INF)]),
+    )
+
+
+def switch_values(cand: Candidates, cols: Columns, x: np.ndarray) -> np.ndarray:
+    """z[o] for integer instances `x` (per pool): 1 where owner o has an instance that prefills and one that
+    decodes, else 0. With any flows x carries, the switch rows of define_switches then hold."""
+    n = cols.n_switches
+    if not n:
+        return np.zeros(0)
+    role = cand.pools["role"].to_numpy()
+    held = np.asarray(x, float) >= 1 - 1e-9
+    prefill = np.bincount(cols.switch[held & (role != "decode")], minlength=n) > 0
+    decode = np.bincount(cols.switch[held & (role != "prefill")], minlength=n) > 0
+    return (prefill & decode).astype(float)
 
 
 def purchasable(cand: Candidates) -> np.ndarray:
@@ -699,11 +768,12 @@ def column_bounds(
             spare,
             devices[_capacity_column(devices)].to_numpy(float)[: cols.n_used],
             _shape_bounds(cols, x_hi, fit),
+            np.ones(cols.n_switches),
         ]
     )
     integer = np.zeros(cols.size, dtype=bool)
     integer[: cols.n_pools] = True
-    integer[cols.buy_offset :] = True  # b[k], u[k] and n[s]
+    integer[cols.buy_offset :] = True  # b[k], u[k], n[s] and z[o]
     return lo, hi, integer
 
 
@@ -750,8 +820,9 @@ def build_matrix(cand: Candidates, strengthen: bool = True) -> tuple[MatrixForm,
     """Stack every constraint family into one CSR matrix, in the order of docs/formulation.md.
 
     `strengthen=False` builds the plain model (no coefficient strengthening, no tightened flow bounds, no
-    valid inequalities, no shape columns n[s]): the same integer points and optima, a weaker LP relaxation;
-    tests compare the two. The shape columns come last, so the plain model's columns are a prefix.
+    valid inequalities, no shape columns n[s], no owner switches z[o]): the same integer points and optima, a
+    weaker LP relaxation; tests compare the two. The shape and switch columns come last, so the plain model's
+    columns are a prefix.
     """
     objective = cand.request.options.objective
     churn_keys = pool_keys(cand) if cand.churn is not None else None
@@ -759,6 +830,8 @@ def build_matrix(cand: Candidates, strengthen: bool = True) -> tuple[MatrixForm,
     has_phi = objective == "max_min_fraction"
     n_used = len(cand.devices) if cand.request.options.budget_per_hour is not None else 0
     shape = shape_numbers(cand) if strengthen else np.full(len(cand.pools), -1)
+    budgeted = strengthen and cand.request.options.budget_per_hour is not None
+    switch = owner_numbers(cand) if budgeted else np.zeros(0, np.int64)
     cols = Columns(
         len(cand.pools),
         len(cand.uses),
@@ -768,6 +841,7 @@ def build_matrix(cand: Candidates, strengthen: bool = True) -> tuple[MatrixForm,
         purchasable(cand),
         n_used,
         shape,
+        switch,
     )
     blocks = [
         define_capacity(cand, cols, strengthen),
@@ -783,7 +857,7 @@ def build_matrix(cand: Candidates, strengthen: bool = True) -> tuple[MatrixForm,
         define_shapes(cand, cols),
     ]
     if strengthen:  # valid inequalities (docs/formulation.md, "Strengthening"): they cut fractional x only
-        blocks += [define_linking(cand, cols), define_device_cuts(cand, cols)]
+        blocks += [define_linking(cand, cols), define_device_cuts(cand, cols), define_switches(cand, cols)]
     offsets = np.cumsum([0] + [b.n_rows for b in blocks])
     rows = np.concatenate([b.rows + off for b, off in zip(blocks, offsets, strict=False)])
     columns = np.concatenate([b.cols for b in blocks])

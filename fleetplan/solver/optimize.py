@@ -31,7 +31,14 @@ from fleetplan.models.plan import Options, PlanRequest, StageRecord, StageStep
 from fleetplan.solver.backends import Sense, SolveResult, Termination, get_backend, relative_gap
 from fleetplan.solver.backends.base import Backend
 from fleetplan.solver.candidates import Candidates
-from fleetplan.solver.formulation import Columns, MatrixForm, build_matrix, device_use_row, previous_instances
+from fleetplan.solver.formulation import (
+    Columns,
+    MatrixForm,
+    build_matrix,
+    device_use_row,
+    previous_instances,
+    switch_values,
+)
 
 # The lexicographic stages of each objective (docs/formulation.md, "Objectives"): (objective vector, sense).
 STAGES = {
@@ -553,12 +560,15 @@ def _flows_at(
     model: _Model, x: np.ndarray, stage: tuple[str, Sense], solver: _Solver, time_limit_s: float
 ) -> np.ndarray | None:
     """A full start vector: the instances fixed at `x`, the flows re-solved (an LP) for `stage`."""
-    form, n = model.form, model.cols.n_pools
+    form, cols = model.form, model.cols
     name, sense = stage
+    # the owner switches too: the LP would leave a z[o] at served / demand, not an integer
+    switches = cols.switch_offset + np.arange(cols.n_switches)
+    fixed = np.concatenate([np.arange(cols.n_pools), switches])
     result = solver.call(
         "start",
         name,
-        form.with_fixed(np.arange(n), x),
+        form.with_fixed(fixed, np.concatenate([x, switch_values(model.cand, cols, x)])),
         form.objectives[name],
         sense,
         time_limit_s=time_limit_s,
