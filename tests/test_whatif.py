@@ -239,6 +239,27 @@ def test_budgets_from_the_fleet_cost_up_take_one_solve_and_a_plateau_another():
         assert point.devices == {d.name: d.used for d in single.devices}
 
 
+def test_a_plan_cheaper_after_the_pooled_credit_answers_no_lower_budget():
+    """paper.json at 17.58 $/h: the MILP's plan spends 17.57 $/h, and the pooled credit leaves instances
+    without load, so the plan reports 16.37 $/h. At 16.97 $/h (between the two) that plan is not the
+    MILP's: the point solves its own, which equals a single plan."""
+    from fleetplan import fixtures
+    from fleetplan.models.codec import read_request
+
+    base = read_request(fixtures.request_path("paper"))
+    budgets = [60 * 28 / 99, 60 * 29 / 99]
+    request = whatif(base, {"param": "budget_per_hour", "values": budgets}, marginal=False, baselines=False)
+    result = run_whatif(request)
+    assert result.solver.solves == 2
+    assert result.solver.reused == 0
+    assert result.points[1].cost_per_hour < budgets[0]  # the case under test: reported below the lower budget
+    gap = base.options.mip_rel_gap
+    for point in result.points:
+        single = plan(variant(base, point.coords), with_baselines=False)
+        assert point.slo_rps == pytest.approx(single.slo_rps, rel=gap)
+        assert point.cost_per_hour == pytest.approx(single.cost_per_hour, rel=gap)
+
+
 def test_a_point_below_a_plan_it_cannot_afford_gets_that_plan_as_its_hint(monkeypatch):
     """In falling order no kept plan fits the next budget down; the plan just above it is passed on, and
     optimize_from makes it the sub-MIP's hint (not a start: the budget cuts it off). Every point is

@@ -76,6 +76,10 @@ class Solved:
     ms: float
     reused: bool = False
     objective: float | None = None  # the MILP's first-stage value (before the pooled credit)
+    # the budget row at the MILP's own instances: what reuse compares with a budget. `cost` is lower where
+    # the pooled credit leaves an instance without load (the plan drops it); under a budget between the two
+    # the MILP does not find that plan, and a single plan() would differ from the reused point
+    spend: float = 0.0
 
 
 def make_context(request: WhatIfRequest, coords: list[dict[str, float]], table: ProfileTable) -> SweepContext:
@@ -147,10 +151,11 @@ class PointSolver:
 
     def reuse(self, request: PlanRequest) -> Solved | None:
         """A kept plan that is provably this request's: solved under a budget B on the same request but
-        for the budget, costing at most this budget, with this budget at most B."""
+        for the budget, its MILP's instances (`spend`) costing at most this budget, with this budget at
+        most B."""
         key, budget = budget_key(request)
         for solved_budget, solved in self.plans.get(key, []):
-            if solved.cost <= budget + 1e-9 and budget <= solved_budget:
+            if solved.spend <= budget + 1e-9 and budget <= solved_budget:
                 self.reused += 1
                 return dataclasses.replace(solved, reused=True, ms=0.0)
         return None
@@ -282,6 +287,7 @@ def summarize(request: PlanRequest, cand: Candidates, outcome: Outcome, status: 
     # the MILP's own vector warm-starts the neighbours (the credited one breaks their capacity rows)
     milp_values = outcome.values
     objective = outcome.primary_value
+    spend = float(pool_cost(cand) @ np.round(milp_values[: outcome.columns.n_pools]))
     demand = float(cand.classes["rate_rps"].sum())
     cand, outcome = pool_credit(request, cand, outcome)
     sol = extract.solution_from(cand, outcome.columns, outcome.values)
@@ -303,6 +309,7 @@ def summarize(request: PlanRequest, cand: Candidates, outcome: Outcome, status: 
         values=milp_values,
         ms=0.0,
         objective=objective,
+        spend=round(spend, 9),
     )
 
 
