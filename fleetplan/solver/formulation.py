@@ -135,13 +135,20 @@ class MatrixForm:
 
 
 def chain_columns(cand: Candidates) -> pd.DataFrame:
-    """The s[w, key, j] variables: j = 0 .. J-2 for every (class, key) with J decode tiers."""
-    decode = cand.uses[cand.uses["role"] == "decode"]
-    tiers = decode.groupby(["w", "key"], as_index=False)["tier"].max()
-    count = tiers["tier"].to_numpy()  # J - 1 slack variables per (w, key)
-    chain = tiers.loc[tiers.index.repeat(count), ["w", "key"]].reset_index(drop=True)
-    chain["tier"] = chain.groupby(["w", "key"]).cumcount()
-    return chain
+    """The s[w, key, j] variables: j = 0 .. J-2 for every (class, key) with J decode tiers, ordered by
+    (w, key, j)."""
+    uses = cand.uses
+    decode = (uses["role"] == "decode").to_numpy()
+    keys, key_code = np.unique(uses["key"].to_numpy()[decode], return_inverse=True)
+    group = uses["w"].to_numpy(np.int64)[decode] * len(keys) + key_code
+    groups, member = np.unique(group, return_inverse=True)
+    count = np.zeros(len(groups), np.int64)  # J - 1 slack variables per (w, key)
+    np.maximum.at(count, member, uses["tier"].to_numpy(np.int64)[decode])
+    of = np.repeat(np.arange(len(groups)), count)
+    tier = np.arange(len(of)) - np.repeat(np.cumsum(count) - count, count)
+    n_keys = max(len(keys), 1)
+    key = pd.Series(keys[groups[of] % n_keys], dtype=uses["key"].dtype)
+    return pd.DataFrame({"w": groups[of] // n_keys, "key": key, "tier": tier})
 
 
 def _use_rate_coefficients(cand: Candidates) -> np.ndarray:
@@ -198,35 +205,38 @@ def define_kv_flow(cand: Candidates, cols: Columns) -> Block:
 
     Summed over j' <= j this says: KV flow that can only land in tiers 0..j fits in their decode capacity
     (Hall's condition for nested reachable sets), and at the last tier, prefill flow = decode flow.
+    Rows are ordered by (w, key, j); each (w, key, j) is one integer code, so rows are found by sorting.
     """
     uses = cand.uses
-    disagg = uses[uses["role"] != "colocated"]
-    tier_of_use = np.where(disagg["role"] == "decode", disagg["tier"], disagg["level"])
-    counts = (
-        pd.DataFrame({"w": disagg["w"], "key": disagg["key"], "j": tier_of_use})
-        .drop_duplicates()
-        .sort_values(["w", "key", "j"], kind="stable")
-        .reset_index(drop=True)
-    )
-    counts["row"] = np.arange(len(counts))
-    row_of = pd.DataFrame({"w": disagg["w"].to_numpy(), "key": disagg["key"].to_numpy(), "j": tier_of_use})
-    use_rows = row_of.merge(counts, on=["w", "key", "j"], how="left")["row"].to_numpy()
-    sign = np.where(disagg["role"] == "decode", 1.0, -1.0)
-    use_cols = cols.use_offset + disagg.index.to_numpy()
+    disagg = np.flatnonzero((uses["role"] != "colocated").to_numpy())
+    decode = uses["role"].to_numpy()[disagg] == "decode"
+    j = np.where(decode, uses["tier"].to_numpy()[disagg], uses["level"].to_numpy()[disagg]).astype(np.int64)
+    keys, key_code = np.unique(uses["key"].to_numpy()[disagg], return_inverse=True)
+    n_keys, n_j = len(keys), int(j.max(initial=0)) + 2  # room for the chain's j + 1 past the last tier
+    code = (uses["w"].to_numpy(np.int64)[disagg] * n_keys + key_code) * n_j + j
+    row_codes, use_rows = np.unique(code, return_inverse=True)
 
-    chain = cols.chain.reset_index(drop=True)
+    chain = cols.chain
     chain_cols = cols.chain_offset + np.arange(len(chain))
-    at = chain.merge(counts, left_on=["w", "key", "tier"], right_on=["w", "key", "j"], how="left")["row"]
-    nxt = chain.assign(j=chain["tier"] + 1).merge(counts, on=["w", "key", "j"], how="left")["row"]
-    if at.isna().any() or nxt.isna().any():
+    chain_key = np.searchsorted(keys, chain["key"].to_numpy())
+    at_code = (chain["w"].to_numpy(np.int64) * n_keys + chain_key) * n_j + chain["tier"].to_numpy(np.int64)
+    at, nxt = _rows_of(row_codes, at_code), _rows_of(row_codes, at_code + 1)
+    if len(chain) and ((at < 0).any() or (nxt < 0).any()):
         # every tier 0..J-1 holds a decode use by construction (candidates.flow_tiers)
         msg = "internal: KV chain tier without a flow row"
         raise AssertionError(msg)
-    rows = np.concatenate([use_rows, at.to_numpy(int), nxt.to_numpy(int)])
-    columns = np.concatenate([use_cols, chain_cols, chain_cols])
-    vals = np.concatenate([sign, -np.ones(len(chain)), np.ones(len(chain))])
-    n = len(counts)
+    rows = np.concatenate([use_rows, at, nxt])
+    columns = np.concatenate([cols.use_offset + disagg, chain_cols, chain_cols])
+    vals = np.concatenate([np.where(decode, 1.0, -1.0), -np.ones(len(chain)), np.ones(len(chain))])
+    n = len(row_codes)
     return Block("kv_flow", n, rows, columns, vals, np.zeros(n), np.zeros(n))
+
+
+def _rows_of(row_codes: np.ndarray, codes: np.ndarray) -> np.ndarray:
+    """The position of each of `codes` in the sorted `row_codes`, -1 where it is not there."""
+    at = np.minimum(np.searchsorted(row_codes, codes), max(len(row_codes) - 1, 0))
+    found = (row_codes[at] == codes) if len(row_codes) else np.zeros(len(codes), bool)
+    return np.where(found, at, -1)
 
 
 def served_coefficients(cand: Candidates) -> tuple[np.ndarray, np.ndarray]:
