@@ -260,6 +260,47 @@ def test_a_plan_cheaper_after_the_pooled_credit_answers_no_lower_budget():
         assert point.cost_per_hour == pytest.approx(single.cost_per_hour, rel=gap)
 
 
+def test_baselines_are_reused_along_the_budget_and_equal_single_plans(monkeypatch):
+    """Each baseline computed under a budget B that spends C answers every budget in [C, B] (and from the
+    fleet's cost, 22.25 $/h, up every budget): fewer runs than points, and every point's baselines equal
+    those of a single plan at that budget."""
+    from fleetplan import fixtures
+    from fleetplan.models.codec import read_request
+    from fleetplan.solver import baselines
+    from fleetplan.solver.candidates import build_candidates
+    from fleetplan.solver.pipeline import resolve_profiles
+
+    base = read_request(fixtures.request_path("paper"))
+    budgets = [0.5, 4.0, 4.5, 9.0, 16.0, 23.0, 30.0, 60.0]
+    calls = {"gpu_only": 0, "greedy": 0}
+    gpu_only_run, greedy_run = baselines.gpu_only_run, baselines.greedy_run
+
+    def counted(name, run):
+        def wrapper(*args, **kwargs):
+            calls[name] += 1
+            return run(*args, **kwargs)
+
+        return wrapper
+
+    monkeypatch.setattr(baselines, "gpu_only_run", counted("gpu_only", gpu_only_run))
+    monkeypatch.setattr(baselines, "greedy_run", counted("greedy", greedy_run))
+    request = whatif(base, {"param": "budget_per_hour", "values": budgets}, marginal=False)
+    result = run_whatif(request)
+    # 60, 30 and 23 $/h are above the fleet's cost: one run answers all three. GPU-only (A6000 at 1 $/h,
+    # 4 of them) spends 4 $/h from 4 $/h up, so the run at 16 also answers 9, 4.5 and 4; 0.5 is its own
+    assert calls["gpu_only"] == 3
+    assert calls["greedy"] <= len(budgets) - 2
+    monkeypatch.undo()
+    for point in result.points:
+        single = variant(base, point.coords)
+        cand = build_candidates(single, resolve_profiles(single))
+        assert point.baselines is not None
+        gpu = baselines.gpu_only(cand, single.options.time_limit_s)
+        assert point.baselines.gpu_only.slo_rps == pytest.approx(gpu.slo_rps, rel=1e-6, abs=1e-6)
+        assert point.baselines.greedy.slo_rps == pytest.approx(baselines.greedy(cand).slo_rps, abs=1e-6)
+        assert point.baselines.greedy.cost_per_hour <= point.coords["budget_per_hour"] + 1e-9
+
+
 def test_a_point_below_a_plan_it_cannot_afford_gets_that_plan_as_its_hint(monkeypatch):
     """In falling order no kept plan fits the next budget down; the plan just above it is passed on, and
     optimize_from makes it the sub-MIP's hint (not a start: the budget cuts it off). Every point is

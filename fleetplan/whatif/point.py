@@ -98,6 +98,8 @@ class PointSolver:
 
     ctx: SweepContext
     plans: dict[bytes, list[tuple[float, Solved]]] = field(default_factory=dict)
+    # per request but for its budget: (reach, baseline name, its result) for reuse along the budget
+    kept_baselines: dict[bytes, list[tuple[float, str, BaselinePoint]]] = field(default_factory=dict)
     solves: int = 0
     reused: int = 0
     built: int = 0
@@ -120,10 +122,26 @@ class PointSolver:
             bought=solved.bought,
             binding=solved.binding + budget_binding(request, cand, solved.cost),
             marginal_rps=marginal,
-            baselines=point_baselines(cand) if self.ctx.request.baselines else None,
+            baselines=self.baselines(request, cand) if self.ctx.request.baselines else None,
             solve_ms=round(solved.ms, 3),
             reused=solved.reused,
         )
+
+    def baselines(self, request: PlanRequest, cand: Candidates) -> PointBaselines:
+        """Both baselines of solver.plan at this point. Each is reused along the budget like a plan (reuse):
+        one computed under a budget B that spends C is the same under every budget in [C, B], and from the
+        fleet's cost up under every budget (docs/whatif.md, "Baselines along the budget")."""
+        key, budget = budget_key(request)
+        kept = self.kept_baselines.setdefault(key, [])
+        found: dict[str, BaselinePoint] = {}
+        for name, run in BASELINES.items():
+            fits = (p for reach, n, p in kept if n == name and p.cost_per_hour - 1e-9 <= budget <= reach)
+            hit = next(fits, None)
+            if hit is None:
+                hit = run(cand)
+                kept.append((np.inf if budget >= fleet_cost(request) - 1e-9 else budget, name, hit))
+            found[name] = hit
+        return PointBaselines(**found)
 
     def candidates_for(self, request: PlanRequest) -> Candidates:
         """The shared candidates with this request's devices and options, or candidates built for it
@@ -370,14 +388,22 @@ def _link_binding(request: PlanRequest, cand: Candidates, sol: extract.Solution)
     return out
 
 
-def point_baselines(cand: Candidates) -> PointBaselines:
-    """Both baselines of solver.plan at this point (the same functions), with what they spend."""
-    gpu, gpu_usage = baselines.gpu_only_run(cand, cand.request.options.time_limit_s)
-    greedy, greedy_usage = baselines.greedy_run(cand)
-    return PointBaselines(
-        gpu_only=BaselinePoint(slo_rps=gpu.slo_rps, cost_per_hour=round(gpu_usage.cost_per_hour, 9)),
-        greedy=BaselinePoint(slo_rps=greedy.slo_rps, cost_per_hour=round(greedy_usage.cost_per_hour, 9)),
-    )
+def gpu_only_point(cand: Candidates) -> BaselinePoint:
+    """The GPU-only baseline of solver.plan at this point (the same function), with what it spends."""
+    gpu, usage = baselines.gpu_only_run(cand, cand.request.options.time_limit_s)
+    return BaselinePoint(slo_rps=gpu.slo_rps, cost_per_hour=round(usage.cost_per_hour, 9))
+
+
+def greedy_point(cand: Candidates) -> BaselinePoint:
+    """The greedy baseline of solver.plan at this point (the same function), with what it spends."""
+    greedy, usage = baselines.greedy_run(cand)
+    return BaselinePoint(slo_rps=greedy.slo_rps, cost_per_hour=round(usage.cost_per_hour, 9))
+
+
+BASELINES: dict[str, Callable[[Candidates], BaselinePoint]] = {
+    "gpu_only": gpu_only_point,
+    "greedy": greedy_point,
+}
 
 
 def solve_chunk(
