@@ -10,15 +10,23 @@ Each family returns a Block of COO
 triplets; `build_matrix` stacks them into one CSR matrix, the only form a backend sees.
 """
 
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass, field, replace
 
+import msgspec
 import numpy as np
 import pandas as pd
 import scipy.sparse as sp
 
+from fleetplan.models.codec import encode
 from fleetplan.solver.candidates import ANY_DEVICE, Candidates
 
 INF = np.inf
+# matrix_for keeps this many models per sweep's tables: a budget sweep's request and one per device type
+# for the marginal values (each one more device); the L bench instance's model is 2 MB
+MATRIX_MEMO_SIZE = 8
+_MATRIX_LOCK = threading.Lock()
 
 
 @dataclass(frozen=True)
@@ -890,4 +898,68 @@ def build_matrix(cand: Candidates, strengthen: bool = True) -> tuple[MatrixForm,
             objectives=objective_vectors(cand, cols),
         ),
         cols,
+    )
+
+
+def with_matrix_memo(cand: Candidates) -> Candidates:
+    """A copy of `cand` whose models matrix_for keeps (for a what-if sweep's shared tables). Its memo is its
+    own, so the candidate cache's sets, which a service keeps across requests, never hold models."""
+    return replace(cand, memo={**cand.memo, "matrices": OrderedDict()})
+
+
+def matrix_for(cand: Candidates) -> tuple[MatrixForm, Columns]:
+    """build_matrix(cand); on tables from with_matrix_memo, built once per request but for the budget's value.
+
+    A what-if budget sweep (and its marginal values) plans one request at many budgets on the same tables:
+    only the budget rows' right-hand side differs, so the model is kept in `cand.memo` (shared by the
+    copies a sweep makes of the tables; at most MATRIX_MEMO_SIZE models) and each call gets a copy with its
+    own budget and bounds. A kept model is used only for the very pools, uses and classes frames and the
+    same devices and link headroom it was built from (a copy with other tables builds anew); a
+    churn-limited re-plan always builds.
+    """
+    kept = cand.memo.get("matrices")
+    if kept is None or cand.churn is not None:
+        return build_matrix(cand)
+    options = cand.request.options
+    budget = options.budget_per_hour
+    # the request but for the budget's value (whether there is one changes the columns)
+    unbudgeted = msgspec.structs.replace(options, budget_per_hour=None if budget is None else 0.0)
+    key = (encode(msgspec.structs.replace(cand.request, options=unbudgeted)), cand.keyed)
+    tables = (cand.pools, cand.uses, cand.classes)
+    with _MATRIX_LOCK:
+        hit = kept.get(key)
+        if hit is not None and _same_tables(hit, cand, tables):
+            kept.move_to_end(key)
+            return _with_budget(hit[3], budget), hit[4]
+    form, cols = build_matrix(cand)
+    with _MATRIX_LOCK:
+        kept[key] = (tables, cand.devices, dict(cand.link_rho), form, cols)
+        while len(kept) > MATRIX_MEMO_SIZE:
+            kept.popitem(last=False)
+    return _with_budget(form, budget), cols
+
+
+def _same_tables(hit: tuple, cand: Candidates, tables: tuple) -> bool:
+    kept_tables, devices, link_rho = hit[0], hit[1], hit[2]
+    return (
+        all(a is b for a, b in zip(kept_tables, tables, strict=True))
+        and devices.equals(cand.devices)
+        and link_rho == dict(cand.link_rho)
+    )
+
+
+def _with_budget(form: MatrixForm, budget: float | None) -> MatrixForm:
+    """A copy of `form` (bounds copied, matrix and objective vectors shared: no step writes to them) whose
+    budget rows (define_budget) allow `budget`."""
+    row_hi = form.row_hi.copy()
+    for name, begin, end in form.row_blocks:
+        if name == "budget" and budget is not None:
+            row_hi[begin:end] = budget
+    return replace(
+        form,
+        row_lo=form.row_lo.copy(),
+        row_hi=row_hi,
+        col_lo=form.col_lo.copy(),
+        col_hi=form.col_hi.copy(),
+        objectives=dict(form.objectives),
     )

@@ -2,7 +2,8 @@
 
 optimize() runs these steps, one function each:
 
-1. build_model: the matrix form of the candidates (formulation.build_matrix).
+1. build_model: the matrix form of the candidates (formulation.matrix_for: build_matrix, built once per
+   request but for its budget and kept with the candidate tables).
 2. relax_stages: the LP relaxation through every stage, each optimum locked for the next. Its first value
    is the reported LP bound.
 3. primal_start: an incumbent for the full MIP. HiGHS alone struggles to find incumbents on this model (it
@@ -34,8 +35,8 @@ from fleetplan.solver.candidates import Candidates
 from fleetplan.solver.formulation import (
     Columns,
     MatrixForm,
-    build_matrix,
     device_use_row,
+    matrix_for,
     previous_instances,
     switch_values,
 )
@@ -284,7 +285,7 @@ def _finish(
 
 def build_model(cand: Candidates, clock: _Clock) -> _Model:
     """Step 1: the matrix form of the candidates, timed from optimize()'s entry."""
-    form, cols = build_matrix(cand)
+    form, cols = matrix_for(cand)
     return _Model(cand, form, cols, (time.perf_counter() - clock.began) * 1e3)
 
 

@@ -33,7 +33,7 @@ from fleetplan.profiler.tables import ProfileTable
 from fleetplan.solver import baselines, extract
 from fleetplan.solver.backends import Termination, relative_gap
 from fleetplan.solver.candidates import Candidates, build_candidates, check_profiles_cover, device_table
-from fleetplan.solver.formulation import pool_cost
+from fleetplan.solver.formulation import pool_cost, with_matrix_memo
 from fleetplan.solver.optimize import Outcome, optimize, optimize_above, optimize_from
 from fleetplan.solver.pooled import pool_credit
 from fleetplan.whatif.grid import one_more, shares_candidates, variant, widened
@@ -88,7 +88,7 @@ def make_context(request: WhatIfRequest, coords: list[dict[str, float]], table: 
     if shares_candidates(request.axes):
         base = widened(request.base, request.axes, request.marginal)
         check_profiles_cover(base, table)
-        shared = build_candidates(base, table)
+        shared = with_matrix_memo(build_candidates(base, table))  # one model per request but for the budget
     return SweepContext(request, coords, table, shared)
 
 
