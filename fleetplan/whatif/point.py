@@ -135,11 +135,11 @@ class PointSolver:
         kept = self.kept_baselines.setdefault(key, [])
         found: dict[str, BaselinePoint] = {}
         for name, run in BASELINES.items():
-            fits = (p for reach, n, p in kept if n == name and p.cost_per_hour - 1e-9 <= budget <= reach)
+            fits = (p for reach, n, p in kept if n == name and answers(p.cost_per_hour, budget, reach))
             hit = next(fits, None)
             if hit is None:
                 hit = run(cand)
-                kept.append((np.inf if budget >= fleet_cost(request) - 1e-9 else budget, name, hit))
+                kept.append((reach_of(request, budget), name, hit))
             found[name] = hit
         return PointBaselines(**found)
 
@@ -172,8 +172,8 @@ class PointSolver:
         for the budget, its MILP's instances (`spend`) costing at most this budget, with this budget at
         most B."""
         key, budget = budget_key(request)
-        for solved_budget, solved in self.plans.get(key, []):
-            if solved.spend <= budget + 1e-9 and budget <= solved_budget:
+        for reach, solved in self.plans.get(key, []):
+            if answers(solved.spend, budget, reach):
                 self.reused += 1
                 return dataclasses.replace(solved, reused=True, ms=0.0)
         return None
@@ -187,8 +187,7 @@ class PointSolver:
         """Keep `solved` as the plan of `request` for reuse (up to its budget, or from its cost up when
         the budget cuts nothing off) and as a start."""
         key, budget = budget_key(request)
-        reach = np.inf if budget >= fleet_cost(request) - 1e-9 else budget
-        self.plans.setdefault(key, []).append((reach, solved))
+        self.plans.setdefault(key, []).append((reach_of(request, budget), solved))
         return solved
 
     def marginal(self, request: PlanRequest, cand: Candidates, solved: Solved) -> dict[str, float]:
@@ -266,6 +265,18 @@ def fleet_cost(request: PlanRequest) -> float:
     """What every device at its capacity (owned plus purchasable) costs per hour: the most the budget row
     can ever charge, so any budget from here up constrains nothing."""
     return float(sum(d.cost_per_hour * d.capacity for d in request.devices))
+
+
+def reach_of(request: PlanRequest, budget: float) -> float:
+    """The highest budget a plan or baseline computed under `budget` answers: that budget, or every budget
+    when it is at least the fleet's cost (the budget row then cuts nothing off)."""
+    return np.inf if budget >= fleet_cost(request) - 1e-9 else budget
+
+
+def answers(spend: float, budget: float, reach: float) -> bool:
+    """Whether a result that spends `spend` and reaches up to `reach` (reach_of) is the one at `budget`:
+    it fits that budget, and every plan that fits was a candidate where it was computed."""
+    return spend <= budget + 1e-9 and budget <= reach
 
 
 def budget_key(request: PlanRequest) -> tuple[bytes, float]:
