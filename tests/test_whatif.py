@@ -179,6 +179,32 @@ def test_optimize_above_solves_the_plans_that_use_one_more_device_or_says_none_b
         optimize_above(cost_first, prepare(cost_first), 0.0, ("big", 1))
 
 
+def test_optimize_above_runs_no_cost_tie_break_when_nothing_beats_the_floor(monkeypatch):
+    """On paper.json at 19.39 $/h, one more Inferentia2 device: its LP relaxation is above the point's
+    value, but no plan that uses the extra device beats it. optimize_above says so (None, after a MIP) and
+    never runs the cost tie-break (HiGHS keeps the sub-MIP's plan below its cutoff as its incumbent; the
+    tie-break of that plan cost up to 0.6 s a time in a budget sweep)."""
+    from fleetplan import fixtures
+    from fleetplan.models.codec import read_request
+    from fleetplan.solver import optimize as optimize_module
+    from fleetplan.solver.candidates import build_candidates
+    from fleetplan.solver.pipeline import resolve_profiles
+    from fleetplan.whatif.grid import one_more
+
+    base = read_request(fixtures.request_path("paper"))
+    options = msgspec.structs.replace(base.options, budget_per_hour=60.0 * 32 / 99)
+    point = msgspec.structs.replace(base, options=options)
+    more = one_more(point, "inf2")
+    value = optimize_module.optimize(point, build_candidates(point, resolve_profiles(point))).primary_value
+    floor = value * (1 + options.mip_rel_gap)
+    cand = build_candidates(more, resolve_profiles(more))
+    runs = []
+    monkeypatch.setattr(optimize_module, "tie_break", lambda *a: runs.append(a) or pytest.fail("tie-break"))
+    # True: the LP relaxation did not settle it, the MIP with the cutoff ran
+    assert optimize_module.optimize_above(more, cand, floor, ("inf2", 8)) == (None, True)
+    assert runs == []
+
+
 # --- sweeps against single plans -----------------------------------------------------------------------
 
 

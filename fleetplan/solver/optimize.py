@@ -248,12 +248,17 @@ def optimize_above(
         lp.termination == str(Termination.OPTIMAL) and lp.objective is not None and lp.objective <= floor
     ):
         return None, False
-    outcome = _finish(model, stages, relaxed, solver, solve_began, hint)
-    if outcome.termination is Termination.INFEASIBLE:
+    # no fold (its cost MIP would take the goodput cutoff as its own) and no tie-break below the floor
+    start = primal_start(model, relaxed, stages[0], solver, hint)
+    primary = solve_primary(model, stages[0], start, solver)
+    if primary.termination is Termination.INFEASIBLE:
         return None, True
-    if outcome.values is not None and (outcome.primary_value is None or outcome.primary_value <= floor):
-        return None, True  # a backend without the cutoff (ortools) solves to its optimum: not above it
-    return outcome, True
+    if primary.has_solution and (primary.objective is None or primary.objective <= floor):
+        # the start, kept by HiGHS below its cutoff, or a backend without the cutoff (ortools), which
+        # solves to the optimum: nothing above the floor, so its cost tie-break is never run
+        return None, True
+    final = tie_break(model, stages, primary, solver)
+    return assign_outcome(model, relaxed, primary, final, solver, solve_began, stages[0][1]), True
 
 
 def _solve(model: _Model, stages: list[tuple[str, Sense]], clock: _Clock, hint: np.ndarray | None) -> Outcome:
