@@ -122,3 +122,32 @@ def test_credit_applies_to_a_pool_that_runs_every_instance_its_devices_allow(mon
     assert credited.slo_rps > 1.2 * milp.slo_rps
     assert [(p.role, p.instances) for p in credited.pools] == [("colocated", 4)]
     assert credited.pools[0].headroom > milp.pools[0].headroom
+
+
+def test_credit_runs_a_split_shape_as_one_pool_where_the_model_credits_that_more(monkeypatch):
+    """The MILP may split one pool shape into headroom levels or mixes of a few instances each, without
+    knowing the credit. Generated request 29 of bench/fidelity.py: one pool of that shape, carrying every
+    class its instances carried, is credited more than the split, so the plan runs it that way: on the
+    same devices and cost, fewer pools, more SLO RPS, every pool within its headroom (plan() verifies)."""
+    from bench.fidelity import generated
+
+    request = generated(29)
+    merged = plan(request, with_baselines=False)
+    monkeypatch.setattr(pooled, "_merged", lambda *args: None)
+    split = plan(request, with_baselines=False)
+    assert merged.slo_rps > split.slo_rps * (1 + 1e-3)
+    assert [d.used for d in merged.devices] == [d.used for d in split.devices]
+    assert merged.cost_per_hour == pytest.approx(split.cost_per_hour)
+
+    def shapes(result):
+        counted: dict[tuple, list[int]] = {}
+        for p in result.pools:
+            counted.setdefault((p.model, p.role, p.device, p.tp, p.batch), []).append(p.instances)
+        return counted
+
+    before, after = shapes(split), shapes(merged)
+    assert before.keys() == after.keys()
+    assert {k: sum(v) for k, v in before.items()} == {k: sum(v) for k, v in after.items()}
+    joined = [k for k in after if len(after[k]) == 1 < len(before[k])]
+    assert joined
+    assert all(p.utilization <= p.headroom + 1e-9 for p in merged.pools)

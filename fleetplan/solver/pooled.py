@@ -11,7 +11,12 @@ size, which is not linear in the instance count, so it is applied to the plan th
 2. with every instance count fixed at the plan's, the LP of the goodput stage is solved again with those
    utilizations (a use that carried no flow stays at 0: the pool's waits were computed without it);
 3. the result replaces the plan when it serves more; the pools keep their instance counts (the credit
-   holds only with all c of them behind the queue), and their `rho` is the pooled one.
+   holds only with all c of them behind the queue), and their `rho` is the pooled one;
+4. a pool shape the MILP split into several pools (headroom levels, mixes) is tried as one pool of all
+   its instances, carrying every class they carried (`_merged`), shape by shape, fewest instances first:
+   steps 1-2 again, kept where the LP serves more than the best so far. One pool behind one queue has
+   every instance to join, but its classes then share one FIFO queue, so which is better is the model's
+   call, per shape.
 
 The instance counts, the devices and the cost do not change: the credit serves more on the same hardware.
 docs/formulation.md ("Pools of several instances") has the formulas and the evidence against the
@@ -27,7 +32,7 @@ from fleetplan.models.plan import PlanRequest, StageRecord
 from fleetplan.solver.backends import Sense, SolveResult, get_backend
 from fleetplan.solver.candidates import Candidates
 from fleetplan.solver.deadline import Deadline
-from fleetplan.solver.formulation import MatrixForm, use_demand
+from fleetplan.solver.formulation import MatrixForm, pool_keys, use_demand
 from fleetplan.solver.headroom import pooled_rho
 from fleetplan.solver.optimize import Outcome
 
@@ -56,31 +61,109 @@ def pool_credit(
     began = time.perf_counter()
     cols, values = outcome.columns, outcome.values
     x = np.round(values[: cols.n_pools]).astype(np.int64)
-    flow = values[cols.use_offset : cols.chain_offset]
-    credit = _pooled_pool_rho(cand, x, flow)
-    if credit is None:
-        return cand, outcome
-    new_rho, raised, blocked = credit
-    # a flow of a pool whose headroom rose is bounded by its class's demand (NaN: its bound stays)
-    flow_hi = np.where(raised[cand.uses["pool"].to_numpy()], use_demand(cand), np.nan)
-    form = _fixed_form(outcome.form, cols, np.round(values), new_rho, raised, blocked, flow_hi)
-    goodput = outcome.form.objectives["goodput"]
+    carrying = values[cols.use_offset : cols.chain_offset] > FLOW_EPS
     limit = TIME_LIMIT_S if deadline is None else deadline.solver_time_limit(TIME_LIMIT_S)
-    result = get_backend(options.solver).solve(
-        form, goodput, Sense.MAX, time_limit_s=limit, mip_rel_gap=options.mip_rel_gap, relax=True
-    )
-    before = float(goodput @ values)
-    if not result.has_solution or result.objective is None or result.objective <= before * (1 + MIN_GAIN):
+    goodput = outcome.form.objectives["goodput"]
+    best = _Credit(float(goodput @ values), x, carrying, None, None, None)
+    trial = _credited(cand, outcome, x, carrying, limit)
+    if trial is not None and trial.value > best.value * (1 + MIN_GAIN):
+        best = trial
+    for shape in _shapes_split(cand, x):  # step 4: one pool per shape where the model credits it more
+        if deadline is not None and deadline.remaining() < MIN_BUDGET_SHARE * deadline.budget_s:
+            break
+        merged = _merged(cand, best.x, best.carrying, shape)
+        trial = None if merged is None else _credited(cand, outcome, *merged, limit)
+        if trial is not None and trial.value > best.value * (1 + MIN_GAIN):
+            best = trial
+    if best.result is None:
         return cand, outcome
     ms = (time.perf_counter() - began) * 1e3
     new_outcome = dataclasses.replace(
         outcome,
-        values=result.values,
+        values=best.result.values,
         solve_ms=outcome.solve_ms + ms,
-        stages=(*outcome.stages, _record(outcome, result, ms)),
+        stages=(*outcome.stages, _record(outcome, best.result, ms)),
     )
-    pools = cand.pools.assign(rho=new_rho, pooled=np.where(raised, x, 1))
+    pools = cand.pools.assign(rho=best.rho, pooled=np.where(best.raised, best.x, 1))
     return dataclasses.replace(cand, pools=pools), new_outcome
+
+
+@dataclasses.dataclass(frozen=True)
+class _Credit:
+    """One instance split and its credited LP: goodput, instances per pool, the uses that carry flow, the
+    LP's result, and the pools' headroom with the pools whose headroom rose (None: the MILP's plan)."""
+
+    value: float
+    x: np.ndarray
+    carrying: np.ndarray
+    result: SolveResult | None
+    rho: np.ndarray | None
+    raised: np.ndarray | None
+
+
+def _credited(
+    cand: Candidates, outcome: Outcome, x: np.ndarray, carrying: np.ndarray, limit: float
+) -> _Credit | None:
+    """Steps 1-2 for the instances `x` with the uses `carrying`: None when no pool's headroom rises or the
+    LP finds no plan."""
+    credit = _pooled_pool_rho(cand, x, carrying)
+    if credit is None:
+        return None
+    new_rho, raised, blocked = credit
+    cols, values = outcome.columns, outcome.values
+    integers = np.round(values)
+    integers[: cols.n_pools] = x
+    # a flow of a pool whose headroom rose, or that took another pool's instances, is bounded by its
+    # class's demand (NaN: its bound stays)
+    lifted = raised | (x > np.round(values[: cols.n_pools]))
+    flow_hi = np.where(lifted[cand.uses["pool"].to_numpy()], use_demand(cand), np.nan)
+    form = _fixed_form(outcome.form, cols, integers, new_rho, raised, blocked, flow_hi)
+    goodput = outcome.form.objectives["goodput"]
+    options = cand.request.options
+    result = get_backend(options.solver).solve(
+        form, goodput, Sense.MAX, time_limit_s=limit, mip_rel_gap=options.mip_rel_gap, relax=True
+    )
+    if not result.has_solution or result.objective is None:
+        return None
+    return _Credit(float(result.objective), x, carrying, result, new_rho, raised)
+
+
+def _shapes_split(cand: Candidates, x: np.ndarray) -> list[int]:
+    """The pool shapes (pool_keys numbers) whose instances the plan runs as two or more pools (headroom
+    levels, mixes), fewest instances first."""
+    key = pool_keys(cand)
+    running = x >= 1
+    pools_per_shape = np.bincount(key[running], minlength=int(key.max(initial=-1)) + 1)
+    instances = np.bincount(key, weights=x, minlength=len(pools_per_shape))
+    split = np.flatnonzero(pools_per_shape >= 2)
+    return [int(s) for s in split[np.argsort(instances[split], kind="stable")]]
+
+
+def _merged(
+    cand: Candidates, x: np.ndarray, carrying: np.ndarray, shape: int
+) -> tuple[np.ndarray, np.ndarray] | None:
+    """The plan with every instance of pool shape `shape` in one pool of that shape, which carries every
+    class those instances carried (the same (class, decode key) uses): the pool of the shape that offers
+    them all at the highest NIC cap, then headroom. None where no pool of the shape offers them all."""
+    uses = cand.uses
+    pool = uses["pool"].to_numpy()
+    mine = np.flatnonzero(pool_keys(cand) == shape)
+    running = mine[x[mine] >= 1]
+    on_shape = np.isin(pool, mine)
+    pair = uses["w"].astype(str) + "|" + uses["key"].astype(str)
+    carried = set(pair[on_shape & carrying & np.isin(pool, running)])
+    offered = pair[on_shape].groupby(pool[on_shape]).agg(set)
+    covering = [p for p in mine if carried <= offered.get(p, set())]
+    if not covering:
+        return None
+    ranks = cand.pools[["nic_rho", "rho"]].to_numpy(float)
+    target = max(covering, key=lambda p: (ranks[p, 0], ranks[p, 1], -p))
+    merged_x = x.copy()
+    merged_x[running] = 0
+    merged_x[target] = x[running].sum()
+    merged_carrying = carrying & ~np.isin(pool, running)
+    merged_carrying |= (pool == target) & pair.isin(carried).to_numpy()
+    return merged_x, merged_carrying
 
 
 def _record(outcome: Outcome, result: SolveResult, ms: float) -> StageRecord:
@@ -101,13 +184,13 @@ def _record(outcome: Outcome, result: SolveResult, ms: float) -> StageRecord:
 
 
 def _pooled_pool_rho(
-    cand: Candidates, x: np.ndarray, flow: np.ndarray
+    cand: Candidates, x: np.ndarray, carrying: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
     """(rho per pool, the pools whose rho rose, uses blocked at 0) with the pooled headroom of every pool
-    of >= 2 instances; None when no pool gains."""
+    of >= 2 instances for the uses `carrying` flow; None when no pool gains."""
     uses = cand.uses
     pool = uses["pool"].to_numpy()
-    carrying = (flow > FLOW_EPS) & (x[pool] >= 2)
+    carrying = carrying & (x[pool] >= 2)
     if not carrying.any():
         return None
     rows = np.flatnonzero(carrying)
