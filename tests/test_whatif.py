@@ -132,6 +132,34 @@ def test_marginal_values_equal_single_plans_with_one_more_device():
             assert value == pytest.approx(expected, abs=1e-6), (point.coords, device.name)
 
 
+def test_a_plan_answers_the_lower_device_counts_it_fits():
+    """5 $/h, one big device (8 RPS for 3 $/h), 0-8 small ones (4 RPS for 1 $/h each): by hand 8, 12, 16,
+    16, 16 RPS for 0-4 small devices, then 20 (five small, no big) from 5 up. Falling counts: the plan at 8
+    uses 5 small devices, so it is the plan at 5, 6 and 7 too, and the plan at 3 (two small and the big
+    one) the plan at 2: 4 of 9 points reused, 5 solves. Each point equals a single plan. A device type is
+    binding only where the point's own count leaves no room: a reused plan keeps its devices, not the
+    count it was solved under, with or without marginal values."""
+    base = two_types(big={"count": 1}, budget=5.0)
+    axis = {"param": "count:small", "start": 0, "stop": 8, "num": 9}
+    result = run_whatif(whatif(base, axis, baselines=False, marginal=False))
+    assert [p.slo_rps for p in result.points] == pytest.approx([8, 12, 16, 16, 16, 20, 20, 20, 20], rel=1e-6)
+    assert (result.solver.solves, result.solver.reused) == (5, 4)
+    for point in result.points:
+        single = plan(variant(base, point.coords), with_baselines=False)
+        assert point.slo_rps == pytest.approx(single.slo_rps, rel=1e-6)
+        assert point.cost_per_hour == pytest.approx(single.cost_per_hour)
+        assert point.devices == {d.name: d.used for d in single.devices}
+        full = point.devices["small"] == point.coords["count:small"]
+        assert ("devices:small" in point.binding) == full, point.coords
+    # with marginal values, each point's plan with one more small device is the next point's plan (the
+    # same request): kept for it, with the binding limits of the point it was solved for, until they were
+    # computed per point
+    marginal = run_whatif(whatif(base, axis, baselines=False))
+    for point, plain in zip(marginal.points, result.points, strict=True):
+        assert point.devices == plain.devices
+        assert point.binding == plain.binding, point.coords
+
+
 def test_marginal_values_agree_across_backends():
     """The same sweep through Pyomo (HiGHS underneath, the cutoff passed as one of its options) gives the
     same marginal values as the highs backend."""

@@ -6,13 +6,16 @@ solved. Two exact shortcuts make a budget sweep cheap, neither of which changes 
 - a plan solved under budget B that costs C is also the plan under every budget in [C, B]: it is feasible
   there, and no plan there can beat it, since every such plan was feasible under B too (reuse). When B is
   at least the fleet's cost (every device at its capacity, fleet_cost) the budget row cuts nothing off,
-  so the plan answers every budget from C up (service.task_chunks gives those points one task);
+  so the plan answers every budget from C up (service.task_chunks gives those points one task). The same
+  holds for each device type's capacity, between what the plan's MILP uses of it and what it was solved
+  with (Reach);
 - a plan is a feasible start for another point when that point's bounds keep it (warm start), which
   replaces the relaxations and the sub-MIP of optimize() (solver.optimize.optimize_from); a plan the
   point's budget cuts off (the point above it) still widens the box of optimize()'s sub-MIP (its hint).
 
-A task runs its points in falling budget order, so that each plan answers the task's lower points down to
-its cost: on paper.json every plateau of the curve (two grid points with one optimum) costs one solve.
+A task runs its points in falling budget (and device count) order, so that each plan answers the task's
+lower points down to its cost: on paper.json every plateau of the curve (two grid points with one
+optimum) costs one solve.
 (Rising order, the order before, warm-starts each point from the plan below it instead; measured, that
 start saves nothing on paper.json, since HiGHS's proof, not the incumbent, takes the time: docs/whatif.md.)
 """
@@ -70,8 +73,7 @@ class Solved:
     cost: float
     mip_gap: float | None
     used: dict[str, int]
-    bought: dict[str, int]
-    binding: list[str]
+    binding: list[str]  # the links and demand (device_binding and budget_binding are the point's own)
     values: np.ndarray | None
     ms: float
     reused: bool = False
@@ -80,6 +82,26 @@ class Solved:
     # the pooled credit leaves an instance without load (the plan drops it); under a budget between the two
     # the MILP does not find that plan, and a single plan() would differ from the reused point
     spend: float = 0.0
+    # devices per type of the MILP's own instances: what reuse compares with a point's device capacities
+    # (`used` may be lower after the pooled credit, as `cost` is)
+    milp_used: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Reach:
+    """The resources a plan was solved under, as far as they reach: the highest budget it answers
+    (reach_of: inf from the fleet's cost up) and each device type's capacity (count, or max_count)."""
+
+    budget: float
+    capacity: dict[str, int]
+
+    def answers(self, solved: Solved, budget: float, capacity: dict[str, int]) -> bool:
+        """Whether `solved`, solved under these resources, is the plan under `budget` and `capacity`, each
+        at most these: it fits them (its MILP's spend and devices per type), so it is feasible there, and
+        every plan feasible there was feasible where it was solved (docs/whatif.md, "Reuse")."""
+        return answers(solved.spend, budget, self.budget) and all(
+            solved.milp_used.get(name, 0) <= n <= self.capacity.get(name, -1) for name, n in capacity.items()
+        )
 
 
 def make_context(request: WhatIfRequest, coords: list[dict[str, float]], table: ProfileTable) -> SweepContext:
@@ -97,7 +119,8 @@ class PointSolver:
     """Solves the points of one task; keeps its plans for reuse and warm starts."""
 
     ctx: SweepContext
-    plans: dict[bytes, list[tuple[float, Solved]]] = field(default_factory=dict)
+    # per request but for its budget and device capacities (resource_key): (reach, plan) for reuse
+    plans: dict[bytes, list[tuple[Reach, Solved]]] = field(default_factory=dict)
     # per request but for its budget: (reach, baseline name, its result) for reuse along the budget
     kept_baselines: dict[bytes, list[tuple[float, str, BaselinePoint]]] = field(default_factory=dict)
     solves: int = 0
@@ -119,8 +142,10 @@ class PointSolver:
             cost_per_hour=solved.cost,
             mip_gap=solved.mip_gap,
             devices=solved.used,
-            bought=solved.bought,
-            binding=solved.binding + budget_binding(request, cand, solved.cost),
+            bought={d.name: max(solved.used.get(d.name, 0) - d.count, 0) for d in request.devices},
+            binding=device_binding(request, cand, solved.used)
+            + solved.binding
+            + budget_binding(request, cand, solved.cost),
             marginal_rps=marginal,
             baselines=self.baselines(request, cand) if self.ctx.request.baselines else None,
             solve_ms=round(solved.ms, 3),
@@ -160,20 +185,19 @@ class PointSolver:
         kept = self.reuse(request)
         if kept is not None:
             return kept
-        key, budget = budget_key(request)
         if start is None:
-            start = self._best_start(request, key, budget)
+            start = self._best_start(request)
         began = time.perf_counter()
         solved = solve_request(request, cand, start)
         return self.keep(request, dataclasses.replace(solved, ms=(time.perf_counter() - began) * 1e3))
 
     def reuse(self, request: PlanRequest) -> Solved | None:
-        """A kept plan that is provably this request's: solved under a budget B on the same request but
-        for the budget, its MILP's instances (`spend`) costing at most this budget, with this budget at
-        most B."""
-        key, budget = budget_key(request)
+        """A kept plan that is provably this request's: solved on the same request but for the budget and
+        the device capacities, under resources at least this request's, and fitting this request's (its
+        MILP's spend within this budget, its devices per type within these capacities): Reach.answers."""
+        key, budget, capacity = resource_key(request)
         for reach, solved in self.plans.get(key, []):
-            if answers(solved.spend, budget, reach):
+            if reach.answers(solved, budget, capacity):
                 self.reused += 1
                 return dataclasses.replace(solved, reused=True, ms=0.0)
         return None
@@ -186,8 +210,8 @@ class PointSolver:
     def remember(self, request: PlanRequest, solved: Solved) -> Solved:
         """Keep `solved` as the plan of `request` for reuse (up to its budget, or from its cost up when
         the budget cuts nothing off) and as a start."""
-        key, budget = budget_key(request)
-        self.plans.setdefault(key, []).append((reach_of(request, budget), solved))
+        key, budget, capacity = resource_key(request)
+        self.plans.setdefault(key, []).append((Reach(reach_of(request, budget), capacity), solved))
         return solved
 
     def marginal(self, request: PlanRequest, cand: Candidates, solved: Solved) -> dict[str, float]:
@@ -240,11 +264,12 @@ class PointSolver:
             return self.solve(more, cand, None)
         return self.keep(more, dataclasses.replace(summarize(more, cand, outcome, status), ms=ms))
 
-    def _best_start(self, request: PlanRequest, key: bytes, budget: float) -> np.ndarray | None:
+    def _best_start(self, request: PlanRequest) -> np.ndarray | None:
         """The kept plan with the most SLO RPS that fits this request's devices and budget (at its
         prices): the likeliest feasible start (optimize_from checks every row before using it). When
-        none fits, the plan of the least higher budget on this request (in falling order, the point
+        none fits, the plan of the least larger resources on this request (in falling order, the point
         solved just before): optimize_from takes it as the sub-MIP's hint."""
+        key, budget, capacity = resource_key(request)
         price = {d.name: d.cost_per_hour for d in request.devices}
         capacity = {d.name: d.capacity for d in request.devices}
         best, best_rps = None, -1.0
@@ -256,8 +281,12 @@ class PointSolver:
                 if cost <= budget + 1e-9 and all(n <= capacity[name] for name, n in solved.used.items()):
                     best, best_rps = solved.values, solved.slo_rps
         if best is None:
-            above = [(reach, s) for reach, s in self.plans.get(key, []) if reach > budget]
-            best = min(above, key=lambda pair: pair[0])[1].values if above else None
+            above = [
+                (reach.budget, sum(reach.capacity.values()), s)
+                for reach, s in self.plans.get(key, [])
+                if reach.budget >= budget and all(reach.capacity[k] >= n for k, n in capacity.items())
+            ]
+            best = min(above, key=lambda entry: entry[:2])[2].values if above else None
         return best
 
 
@@ -288,12 +317,22 @@ def budget_key(request: PlanRequest) -> tuple[bytes, float]:
     return encode(rest), budget
 
 
+def resource_key(request: PlanRequest) -> tuple[bytes, float, dict[str, int]]:
+    """The request without its budget and its devices' counts and max_counts (plans are reusable only
+    between requests equal but for these), the budget (inf when there is none) and each device type's
+    capacity (what the device rows allow: max_count, else count; a plan's cost and bought devices follow
+    from its instances, so owning or buying a device makes no difference to the model)."""
+    devices = [msgspec.structs.replace(d, count=0, max_count=None) for d in request.devices]
+    key, budget = budget_key(msgspec.structs.replace(request, devices=devices))
+    return key, budget, {d.name: d.capacity for d in request.devices}
+
+
 def solve_request(request: PlanRequest, cand: Candidates, start: np.ndarray | None) -> Solved:
     """Solve like solver.plan (the same optimize steps, the min_cost fallback, the same numbers), but
     return only the summary a point needs."""
     demand = float(cand.classes["rate_rps"].sum())
     if cand.uses.empty:
-        return Solved("no_candidates", 0.0, demand, 0.0, 0.0, _zeros(request), _zeros(request), [], None, 0.0)
+        return Solved("no_candidates", 0.0, demand, 0.0, 0.0, _zeros(request), [], None, 0.0)
     outcome = optimize_from(request, cand, start)
     status = _STATUS.get(outcome.termination)
     if outcome.termination is Termination.INFEASIBLE and request.options.objective == "min_cost":
@@ -316,7 +355,8 @@ def summarize(request: PlanRequest, cand: Candidates, outcome: Outcome, status: 
     # the MILP's own vector warm-starts the neighbours (the credited one breaks their capacity rows)
     milp_values = outcome.values
     objective = outcome.primary_value
-    spend = float(pool_cost(cand) @ np.round(milp_values[: outcome.columns.n_pools]))
+    instances = np.round(milp_values[: outcome.columns.n_pools])
+    spend = float(pool_cost(cand) @ instances)
     demand = float(cand.classes["rate_rps"].sum())
     cand, outcome = pool_credit(request, cand, outcome)
     sol = extract.solution_from(cand, outcome.columns, outcome.values)
@@ -333,12 +373,12 @@ def summarize(request: PlanRequest, cand: Candidates, outcome: Outcome, status: 
         cost=round(cost, 9),
         mip_gap=gap,
         used={d.name: d.used for d in devices},
-        bought={d.name: d.bought for d in devices},
-        binding=binding_constraints(request, cand, sol, cost, served),
+        binding=binding_constraints(request, cand, sol, served),
         values=milp_values,
         ms=0.0,
         objective=objective,
         spend=round(spend, 9),
+        milp_used=devices_per_type(request, cand, instances),
     )
 
 
@@ -346,25 +386,32 @@ def _zeros(request: PlanRequest) -> dict[str, int]:
     return {d.name: 0 for d in request.devices}
 
 
-def binding_constraints(
-    request: PlanRequest, cand: Candidates, sol: extract.Solution, cost: float, served: float
-) -> list[str]:
-    """The limits a plan has no slack left on, integer-aware: a device type without room for one more
-    instance of its smallest pool, a KV link (or the fleet-wide KV budget) at its planned headroom, and
-    all demand served (the budget: budget_binding)."""
-    binding = []
+def devices_per_type(request: PlanRequest, cand: Candidates, instances: np.ndarray) -> dict[str, int]:
+    """Devices per type that `instances` (per pool) take: sum of tp x over the type's pools."""
     pools = cand.pools
-    tp = pools["tp"].to_numpy()
-    used = np.bincount(
-        pools["device"].map({d.name: i for i, d in enumerate(request.devices)}).to_numpy(),
-        weights=sol.instances * tp,
-        minlength=len(request.devices),
-    )
-    for i, device in enumerate(request.devices):
-        mine = (pools["device"] == device.name).to_numpy()
-        if mine.any() and device.capacity - used[i] < tp[mine].min():
-            binding.append(f"devices:{device.name}")
-    binding += _link_binding(request, cand, sol)
+    index = pools["device"].map({d.name: i for i, d in enumerate(request.devices)}).to_numpy()
+    per_type = np.bincount(index, weights=instances * pools["tp"].to_numpy(), minlength=len(request.devices))
+    return {d.name: int(round(n)) for d, n in zip(request.devices, per_type, strict=True)}
+
+
+def device_binding(request: PlanRequest, cand: Candidates, used: dict[str, int]) -> list[str]:
+    """ "devices:NAME" for each type without room for one more instance of its smallest pool (integer-aware;
+    per point, as a reused plan keeps its devices but not the point's capacities)."""
+    pools = cand.pools
+    out = []
+    for device in request.devices:
+        tp = pools["tp"].to_numpy()[(pools["device"] == device.name).to_numpy()]
+        if len(tp) and device.capacity - used.get(device.name, 0) < tp.min():
+            out.append(f"devices:{device.name}")
+    return out
+
+
+def binding_constraints(
+    request: PlanRequest, cand: Candidates, sol: extract.Solution, served: float
+) -> list[str]:
+    """The plan's own limits without slack: a KV link (or the fleet-wide KV budget) at its planned headroom,
+    and all demand served (the devices: device_binding; the budget: budget_binding)."""
+    binding = _link_binding(request, cand, sol)
     demand = float(cand.classes["rate_rps"].sum())
     if demand > 0 and served >= demand * (1 - SERVED_TOL):
         binding.append("demand")
@@ -417,14 +464,23 @@ BASELINES: dict[str, Callable[[Candidates], BaselinePoint]] = {
 }
 
 
+RESOURCE_KINDS = ("budget_per_hour", "count", "max_count")
+
+
+def resource_order(coords: dict[str, float]) -> tuple[float, ...]:
+    """A sort key that puts a point after every point with more of each resource axis (budget, count,
+    max_count; in axis order, largest first): the plans that may answer it come first."""
+    return tuple(-v for k, v in coords.items() if k.partition(":")[0] in RESOURCE_KINDS)
+
+
 def solve_chunk(
     ctx: SweepContext, indices: list[int], done: Callable[[int], None] | None = None
 ) -> tuple[list[tuple[int, Point]], dict[str, int]]:
-    """One executor task: its points in falling budget order (each plan answers the lower points down to
-    its cost), and counts of candidate builds, solves, reuses and LP-settled marginal values; `done(1)`
-    after each point when given."""
+    """One executor task: its points in falling order of their resources (budget, device counts; each
+    plan answers the points below it down to what it uses: Reach.answers), and counts of candidate
+    builds, solves, reuses and LP-settled marginal values; `done(1)` after each point when given."""
     solver = PointSolver(ctx)
-    order = sorted(indices, key=lambda i: -ctx.coords[i].get("budget_per_hour", 0.0))
+    order = sorted(indices, key=lambda i: resource_order(ctx.coords[i]))
     out = []
     for i in order:
         out.append((i, solver.point(i)))
