@@ -27,6 +27,7 @@ import dataclasses
 import time
 
 import numpy as np
+import pandas as pd
 
 from fleetplan.models.plan import PlanRequest, StageRecord
 from fleetplan.solver.backends import Sense, SolveResult, get_backend
@@ -68,10 +69,11 @@ def pool_credit(
     trial = _credited(cand, outcome, x, carrying, limit)
     if trial is not None and trial.value > best.value * (1 + MIN_GAIN):
         best = trial
-    for shape in _shapes_split(cand, x):  # step 4: one pool per shape where the model credits it more
+    shapes = _shape_tables(cand)
+    for shape in _shapes_split(shapes, x):  # step 4: one pool per shape where the model credits it more
         if deadline is not None and deadline.remaining() < MIN_BUDGET_SHARE * deadline.budget_s:
             break
-        merged = _merged(cand, best.x, best.carrying, shape)
+        merged = _merged(shapes, best.x, best.carrying, shape)
         trial = None if merged is None else _credited(cand, outcome, *merged, limit)
         if trial is not None and trial.value > best.value * (1 + MIN_GAIN):
             best = trial
@@ -128,41 +130,64 @@ def _credited(
     return _Credit(float(result.objective), x, carrying, result, new_rho, raised)
 
 
-def _shapes_split(cand: Candidates, x: np.ndarray) -> list[int]:
+@dataclasses.dataclass(frozen=True)
+class _Shapes:
+    """What step 4 reads of a candidate set: each pool's shape (pool_keys), each use's pool and (class,
+    decode key) pair as an integer, and each pool's NIC cap and headroom."""
+
+    shape: np.ndarray
+    pool: np.ndarray
+    pair: np.ndarray
+    nic_rho: np.ndarray
+    rho: np.ndarray
+
+
+def _shape_tables(cand: Candidates) -> _Shapes:
+    """The _Shapes of `cand`, kept on it (a what-if sweep credits many plans on one candidate set)."""
+    memo, uses = cand.memo, cand.uses
+    if memo.get("pool_shapes", (None,))[0] is not uses:
+        pair, _ = pd.factorize(pd.MultiIndex.from_arrays([uses["w"], uses["key"]]))
+        pools = cand.pools
+        tables = _Shapes(
+            pool_keys(cand),
+            uses["pool"].to_numpy(),
+            np.asarray(pair),
+            pools["nic_rho"].to_numpy(float),
+            pools["rho"].to_numpy(float),
+        )
+        memo["pool_shapes"] = (uses, tables)
+    return memo["pool_shapes"][1]
+
+
+def _shapes_split(shapes: _Shapes, x: np.ndarray) -> list[int]:
     """The pool shapes (pool_keys numbers) whose instances the plan runs as two or more pools (headroom
     levels, mixes), fewest instances first."""
-    key = pool_keys(cand)
-    running = x >= 1
-    pools_per_shape = np.bincount(key[running], minlength=int(key.max(initial=-1)) + 1)
+    key = shapes.shape
+    pools_per_shape = np.bincount(key[x >= 1], minlength=int(key.max(initial=-1)) + 1)
     instances = np.bincount(key, weights=x, minlength=len(pools_per_shape))
     split = np.flatnonzero(pools_per_shape >= 2)
     return [int(s) for s in split[np.argsort(instances[split], kind="stable")]]
 
 
 def _merged(
-    cand: Candidates, x: np.ndarray, carrying: np.ndarray, shape: int
+    shapes: _Shapes, x: np.ndarray, carrying: np.ndarray, shape: int
 ) -> tuple[np.ndarray, np.ndarray] | None:
     """The plan with every instance of pool shape `shape` in one pool of that shape, which carries every
     class those instances carried (the same (class, decode key) uses): the pool of the shape that offers
     them all at the highest NIC cap, then headroom. None where no pool of the shape offers them all."""
-    uses = cand.uses
-    pool = uses["pool"].to_numpy()
-    mine = np.flatnonzero(pool_keys(cand) == shape)
+    pool, pair = shapes.pool, shapes.pair
+    mine = np.flatnonzero(shapes.shape == shape)
     running = mine[x[mine] >= 1]
-    on_shape = np.isin(pool, mine)
-    pair = uses["w"].astype(str) + "|" + uses["key"].astype(str)
-    carried = set(pair[on_shape & carrying & np.isin(pool, running)])
-    offered = pair[on_shape].groupby(pool[on_shape]).agg(set)
-    covering = [p for p in mine if carried <= offered.get(p, set())]
+    on_running = np.isin(pool, running)
+    carried = np.unique(pair[on_running & carrying])
+    covering = [p for p in mine if np.isin(carried, pair[pool == p]).all()]
     if not covering:
         return None
-    ranks = cand.pools[["nic_rho", "rho"]].to_numpy(float)
-    target = max(covering, key=lambda p: (ranks[p, 0], ranks[p, 1], -p))
+    target = max(covering, key=lambda p: (shapes.nic_rho[p], shapes.rho[p], -p))
     merged_x = x.copy()
     merged_x[running] = 0
     merged_x[target] = x[running].sum()
-    merged_carrying = carrying & ~np.isin(pool, running)
-    merged_carrying |= (pool == target) & pair.isin(carried).to_numpy()
+    merged_carrying = (carrying & ~on_running) | ((pool == target) & np.isin(pair, carried))
     return merged_x, merged_carrying
 
 
