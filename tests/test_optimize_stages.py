@@ -94,7 +94,9 @@ def test_a_plan_carries_a_record_per_solver_call(paper_plan):
     # then the tie-breaks, and last the pooled credit's LP where it served more (solver/pooled.py)
     after = [s for s in steps[steps.index("primary") + 1 :] if s != "pooled"]
     assert all(s == "tie_break" for s in after)
-    assert "pooled" not in steps[:-1]
+    # the credit's LPs (one, and one per pool shape tried as one pool) come last
+    assert steps[-1] == "pooled"
+    assert all(s == "pooled" for s in steps[steps.index("pooled") :])
     # max_goodput: goodput, then the cost tie-break
     assert [(r.step, r.stage) for r in stages if r.step in ("primary", "tie_break")] == [
         ("primary", "goodput"),
@@ -130,10 +132,10 @@ def test_the_final_stages_match_the_plan_within_the_gap(paper_plan):
     tolerance = (result.mip_gap or 0.0) + 1e-6
     # the plan's value: the primary MIP's, or what the pooled credit served on the same instances
     pooled = [r for r in stages if r.step == "pooled"]
-    served = pooled[-1].objective if pooled else primary.objective
+    served = max(r.objective for r in pooled) if pooled else primary.objective  # the credit keeps the best
     assert result.objective_value == pytest.approx(served, rel=tolerance)
     if pooled:
-        assert pooled[-1].objective > primary.objective
+        assert served > primary.objective
     # the last stage (the cost tie-break) is the plan kept: its objective is the plan's cost
     assert final.stage == "cost"
     assert result.cost_per_hour == pytest.approx(final.objective, rel=(final.gap or 0.0) + 1e-6)

@@ -31,8 +31,9 @@ def test_credit_serves_more_on_the_same_hardware(scarce, monkeypatch):
     # the MILP's hardware: same devices and cost, no pool smaller than the MILP made it
     assert [d.used for d in credited.devices] == [d.used for d in milp.devices]
     assert credited.cost_per_hour == pytest.approx(milp.cost_per_hour)
-    # the reported bound is the MILP's, and the pass says what it served in its own record
-    assert credited.solver.stages[-1].objective == pytest.approx(credited.slo_rps, rel=1e-6)
+    # the reported bound is the MILP's, and the pass says what it served in its records (the best is kept)
+    pooled = [s.objective for s in credited.solver.stages if s.step == "pooled"]
+    assert max(pooled) == pytest.approx(credited.slo_rps, rel=1e-6)
     # pools report the credited headroom and run within it (plan() ran verify() on every capacity row)
     milp_headroom = {(p.model, p.role, p.device, p.tp, p.batch, p.group): p.headroom for p in milp.pools}
     raised = [

@@ -66,7 +66,8 @@ def pool_credit(
     limit = TIME_LIMIT_S if deadline is None else deadline.solver_time_limit(TIME_LIMIT_S)
     goodput = outcome.form.objectives["goodput"]
     best = _Credit(float(goodput @ values), x, carrying, None, None, None)
-    trial = _credited(cand, outcome, x, carrying, limit)
+    calls: list[tuple[SolveResult, float]] = []  # every LP of the pass and its ms, for the stage records
+    trial = _credited(cand, outcome, x, carrying, limit, calls)
     if trial is not None and trial.value > best.value * (1 + MIN_GAIN):
         best = trial
     shapes = _shape_tables(cand)
@@ -74,7 +75,7 @@ def pool_credit(
         if deadline is not None and deadline.remaining() < MIN_BUDGET_SHARE * deadline.budget_s:
             break
         merged = _merged(shapes, best.x, best.carrying, shape)
-        trial = None if merged is None else _credited(cand, outcome, *merged, limit)
+        trial = None if merged is None else _credited(cand, outcome, *merged, limit, calls)
         if trial is not None and trial.value > best.value * (1 + MIN_GAIN):
             best = trial
     if best.result is None:
@@ -84,7 +85,7 @@ def pool_credit(
         outcome,
         values=best.result.values,
         solve_ms=outcome.solve_ms + ms,
-        stages=(*outcome.stages, _record(outcome, best.result, ms)),
+        stages=(*outcome.stages, *_records(outcome, calls)),
     )
     pools = cand.pools.assign(rho=best.rho, pooled=np.where(best.raised, best.x, 1))
     return dataclasses.replace(cand, pools=pools), new_outcome
@@ -104,10 +105,15 @@ class _Credit:
 
 
 def _credited(
-    cand: Candidates, outcome: Outcome, x: np.ndarray, carrying: np.ndarray, limit: float
+    cand: Candidates,
+    outcome: Outcome,
+    x: np.ndarray,
+    carrying: np.ndarray,
+    limit: float,
+    calls: list[tuple[SolveResult, float]],
 ) -> _Credit | None:
     """Steps 1-2 for the instances `x` with the uses `carrying`: None when no pool's headroom rises or the
-    LP finds no plan."""
+    LP finds no plan. The LP's result and ms join `calls`."""
     credit = _pooled_pool_rho(cand, x, carrying)
     if credit is None:
         return None
@@ -122,9 +128,11 @@ def _credited(
     form = _fixed_form(outcome.form, cols, integers, new_rho, raised, blocked, flow_hi)
     goodput = outcome.form.objectives["goodput"]
     options = cand.request.options
+    began = time.perf_counter()
     result = get_backend(options.solver).solve(
         form, goodput, Sense.MAX, time_limit_s=limit, mip_rel_gap=options.mip_rel_gap, relax=True
     )
+    calls.append((result, (time.perf_counter() - began) * 1e3))
     if not result.has_solution or result.objective is None:
         return None
     return _Credit(float(result.objective), x, carrying, result, new_rho, raised)
@@ -191,21 +199,28 @@ def _merged(
     return merged_x, merged_carrying
 
 
-def _record(outcome: Outcome, result: SolveResult, ms: float) -> StageRecord:
-    """The pass's StageRecord: step "pooled", the goodput LP, timed from the end of the MILP's last call."""
+def _records(outcome: Outcome, calls: list[tuple[SolveResult, float]]) -> list[StageRecord]:
+    """A StageRecord per LP of the pass, in order: step "pooled", the goodput LP, timed from the end of the
+    MILP's last call. The plan kept is the one of the largest objective."""
     ended = outcome.stages[-1].ended_ms if outcome.stages else outcome.build_ms
-    return StageRecord(
-        step="pooled",
-        stage="goodput",
-        kind="lp",
-        ms=round(ms, 3),
-        ended_ms=round(ended + ms, 3),
-        termination=str(result.termination),
-        objective=result.objective,
-        bound=result.bound,
-        gap=result.gap,
-        nodes=result.nodes,
-    )
+    records = []
+    for result, ms in calls:
+        ended += ms
+        records.append(
+            StageRecord(
+                step="pooled",
+                stage="goodput",
+                kind="lp",
+                ms=round(ms, 3),
+                ended_ms=round(ended, 3),
+                termination=str(result.termination),
+                objective=result.objective,
+                bound=result.bound,
+                gap=result.gap,
+                nodes=result.nodes,
+            )
+        )
+    return records
 
 
 def _pooled_pool_rho(

@@ -98,7 +98,8 @@ class Reach:
     def answers(self, solved: Solved, budget: float, capacity: dict[str, int]) -> bool:
         """Whether `solved`, solved under these resources, is the plan under `budget` and `capacity`, each
         at most these: it fits them (its MILP's spend and devices per type), so it is feasible there, and
-        every plan feasible there was feasible where it was solved (docs/whatif.md, "Reuse")."""
+        every plan feasible there was feasible where it was solved (docs/whatif.md, "Each point is a
+        single plan")."""
         return answers(solved.spend, budget, self.budget) and all(
             solved.milp_used.get(name, 0) <= n <= self.capacity.get(name, -1) for name, n in capacity.items()
         )
@@ -271,7 +272,6 @@ class PointSolver:
         solved just before): optimize_from takes it as the sub-MIP's hint."""
         key, budget, capacity = resource_key(request)
         price = {d.name: d.cost_per_hour for d in request.devices}
-        capacity = {d.name: d.capacity for d in request.devices}
         best, best_rps = None, -1.0
         for entries in self.plans.values():
             for _, solved in entries:
