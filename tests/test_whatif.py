@@ -403,6 +403,36 @@ def test_count_and_price_grid_points_equal_single_plans():
     assert result.points[3].slo_rps == pytest.approx(12.0, rel=1e-6)
 
 
+def test_a_count_by_max_count_grid_with_marginal_values_equals_single_plans():
+    """0-5 owned small devices (up to 5 in all: the rest bought) by 0-2 purchasable big ones under 7.5 $/h.
+    Owning or buying a device changes only what the plan reports as bought, so the small axis shares one
+    model and the plans are reused across it (4 solves for 18 points and their marginal values); every
+    point, its bought devices and its marginal values are those of single plans."""
+    from fleetplan.whatif.grid import one_more
+
+    base = two_types(small={"max_count": 5}, budget=7.5)
+    request = whatif(
+        base,
+        {"param": "count:small", "values": [0, 1, 2, 3, 4, 5]},
+        {"param": "max_count:big", "values": [0, 1, 2]},
+        baselines=False,
+    )
+    result = run_whatif(request)
+    assert result.solver.solves < len(result.points)
+    for point in result.points:
+        at = variant(base, point.coords)
+        single = plan(at, with_baselines=False)
+        assert point.slo_rps == pytest.approx(single.slo_rps, abs=1e-6), point.coords
+        assert point.cost_per_hour == pytest.approx(single.cost_per_hour, abs=1e-6), point.coords
+        assert point.devices == {d.name: d.used for d in single.devices}, point.coords
+        assert point.bought == {d.name: d.bought for d in single.devices}, point.coords
+        for device in at.devices:
+            more = plan(one_more(at, device.name), with_baselines=False).slo_rps
+            expected = more - single.slo_rps if more - single.slo_rps > 1e-6 else 0.0
+            value = point.marginal_rps[device.name]
+            assert value == pytest.approx(expected, abs=1e-6), (point.coords, device.name)
+
+
 def test_more_demand_never_more_unserved_capacity():
     """demand_scale rebuilds candidates per point: served RPS never falls as demand grows, and the unused
     capacity (what the plan could still serve) never grows."""
