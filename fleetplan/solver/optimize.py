@@ -61,6 +61,8 @@ LATER_RELAXATION_SHARE = 0.2
 # measurements behind each): keyed by (step, stage), then by step; a call with no entry runs at the defaults.
 STAGE_TUNING: dict[tuple[str, str] | str, dict[str, bool | int | float | str]] = {
     "primary": {"mip_heuristic_run_rins": False},
+    # the cost MIP with every class served in full: min_cost's first stage and the folded tie-break
+    ("primary", "cost"): {"presolve": "off"},
     "tie_break": {"presolve": "off", "mip_heuristic_run_rins": False, "mip_heuristic_run_rens": False},
 }
 # Laid over STAGE_TUNING, per step, when the request has a budget_per_hour (docs/solvers.md, "Per call"):
