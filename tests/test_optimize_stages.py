@@ -218,6 +218,49 @@ def test_a_budget_lays_its_tuning_over_the_stage_tuning(monkeypatch):
         assert passed == ({"presolve": "choose", "random_seed": 3} if step == "tie_break" else None)
 
 
+def test_a_cutoff_lays_its_tuning_over_the_primary_and_bounds_start_and_primary(monkeypatch):
+    """optimize_above's search (a floor the plans must beat): its sub-MIP start and its primary MIP get
+    HiGHS's objective_bound at the floor (minimizing sense), and the primary optimize.CUTOFF_TUNING's
+    options on top of STAGE_TUNING's; the relaxations and tie-breaks neither."""
+    from fleetplan import fixtures
+    from fleetplan.models.codec import read_request
+    from fleetplan.solver import optimize as optimize_module
+    from fleetplan.solver.backends import highs
+    from fleetplan.solver.candidates import build_candidates
+    from fleetplan.solver.pipeline import resolve_profiles
+
+    seen: list[object] = []
+    solve = highs.HighsBackend.solve
+
+    def spy(self, form, objective, sense, **kwargs):
+        seen.append(kwargs.get("tuning"))
+        return solve(self, form, objective, sense, **kwargs)
+
+    monkeypatch.setattr(highs.HighsBackend, "solve", spy)
+    monkeypatch.setattr(optimize_module, "STAGE_TUNING", {"primary": {"random_seed": 3}})
+    monkeypatch.setattr(optimize_module, "CUTOFF_TUNING", {"primary": {"mip_heuristic_run_rens": False}})
+    request = read_request(fixtures.request_path("paper"))
+    more = msgspec.structs.replace(
+        request,
+        devices=[
+            msgspec.structs.replace(d, count=d.count + 1) if d.name == "a6000ada" else d
+            for d in request.devices
+        ],
+    )
+    outcome, mip = optimize_module.optimize_above(
+        more, build_candidates(more, resolve_profiles(more)), 55.0, ("a6000ada", 4)
+    )
+    assert mip
+    assert outcome is not None
+    for record, passed in zip(outcome.stages, seen, strict=True):
+        if record.step == "primary":
+            assert passed == {"random_seed": 3, "mip_heuristic_run_rens": False, "objective_bound": -55.0}
+        elif record.step == "start":
+            assert passed == {"objective_bound": -55.0}
+        else:
+            assert passed is None, record.step
+
+
 def test_hint_rows_span_the_plan_and_one_instance_less_per_pool():
     import numpy as np
 

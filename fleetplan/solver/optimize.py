@@ -70,6 +70,11 @@ STAGE_TUNING: dict[tuple[str, str] | str, dict[str, bool | int | float | str]] =
 BUDGET_TUNING: dict[str, dict[str, bool | int | float | str]] = {
     "tie_break": {"presolve": "choose"},
 }
+# Laid over both, per step, on a search with a cutoff (optimize_above: only plans above a floor count):
+# RENS's plans around the LP solution mostly fall below it (docs/solvers.md, "Per call").
+CUTOFF_TUNING: dict[str, dict[str, bool | int | float | str]] = {
+    "primary": {"mip_heuristic_run_rens": False},
+}
 # The least time limit a solver call is given, even once the deadline has passed (s).
 MIN_CALL_S = 0.01
 # LP values within this of an integer count as that integer when flooring and ceiling them.
@@ -150,7 +155,8 @@ class _Solver:
             tuning = {**(tuning or {}), **BUDGET_TUNING[step]}
         if self.cutoff is not None and step in ("start", "primary"):
             value, cutoff_sense = self.cutoff
-            tuning = {**(tuning or {}), "objective_bound": -value if cutoff_sense is Sense.MAX else value}
+            bound = -value if cutoff_sense is Sense.MAX else value
+            tuning = {**(tuning or {}), **CUTOFF_TUNING.get(step, {}), "objective_bound": bound}
         result = self.backend.solve(form, objective, sense, tuning=tuning, **kwargs)
         ended = time.perf_counter()
         integer = bool(form.integer.any()) and not kwargs.get("relax", False)
