@@ -433,6 +433,30 @@ def test_a_count_by_max_count_grid_with_marginal_values_equals_single_plans():
             assert value == pytest.approx(expected, abs=1e-6), (point.coords, device.name)
 
 
+def test_a_count_that_fits_other_pools_plans_on_its_own_candidate_tables():
+    """paper.json with 0 and 1 Inferentia2 devices: at 0 no inf2 pool fits, so no prefill use is sized
+    for a transfer into inf2's 8 Gbit/s NICs, and at 1 its tp-2 pools do not fit. The sweep's shared
+    tables (built for the most devices any point may use) held both, and the point at 0 showed 46.76 SLO
+    RPS where a single plan gives 48.77. Each point and each marginal value (one more device can fit new
+    pools: then both plans are solved) now equals single plans."""
+    from fleetplan import fixtures
+    from fleetplan.models.codec import read_request
+    from fleetplan.whatif.grid import one_more
+
+    base = read_request(fixtures.request_path("paper"))
+    result = run_whatif(whatif(base, {"param": "count:inf2", "values": [0, 1]}, baselines=False))
+    assert result.solver.candidates_built >= 2  # the shared tables and at least one point's own
+    for point in result.points:
+        at = variant(base, point.coords)
+        single = plan(at, with_baselines=False).slo_rps
+        assert point.slo_rps == pytest.approx(single, rel=1e-6), point.coords
+        for device in at.devices:
+            more = plan(one_more(at, device.name), with_baselines=False).slo_rps
+            expected = more - single if more - single > 1e-6 else 0.0
+            value = point.marginal_rps[device.name]
+            assert value == pytest.approx(expected, abs=1e-6), (point.coords, device.name)
+
+
 def test_more_demand_never_more_unserved_capacity():
     """demand_scale rebuilds candidates per point: served RPS never falls as demand grows, and the unused
     capacity (what the plan could still serve) never grows."""

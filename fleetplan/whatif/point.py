@@ -61,6 +61,8 @@ class SweepContext:
     coords: list[dict[str, float]]
     table: ProfileTable
     shared: Candidates | None
+    # the profile's tensor-parallel sizes per device type: which of a point's pools fit (fit_signature)
+    tps: dict[str, tuple[int, ...]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -108,11 +110,22 @@ class Reach:
 def make_context(request: WhatIfRequest, coords: list[dict[str, float]], table: ProfileTable) -> SweepContext:
     """The context; candidates are built here once when no axis changes them."""
     shared = None
+    frame = table.frame
+    tps = {name: tuple(sorted({int(t) for t in group})) for name, group in frame.groupby("device")["tp"]}
     if shares_candidates(request.axes):
         base = widened(request.base, request.axes, request.marginal)
         check_profiles_cover(base, table)
         shared = with_matrix_memo(build_candidates(base, table))  # one model per request but for the budget
-    return SweepContext(request, coords, table, shared)
+    return SweepContext(request, coords, table, shared, tps)
+
+
+def fit_signature(request: PlanRequest, tps: dict[str, tuple[int, ...]]) -> tuple:
+    """Per device type, the profiled tensor-parallel sizes one instance of which fits its capacity: the
+    only way device counts reach the candidate tables (candidates.fleet_points). Two requests equal but
+    for their counts, with one signature, have the same tables; with different ones they may not (a
+    device type with no instance that fits takes its decode tier out, and with it the KV transfers the
+    prefill uses are sized for)."""
+    return tuple((d.name, tuple(t for t in tps.get(d.name, ()) if t <= d.capacity)) for d in request.devices)
 
 
 @dataclass
@@ -124,6 +137,8 @@ class PointSolver:
     plans: dict[bytes, list[tuple[Reach, Solved]]] = field(default_factory=dict)
     # per request but for its budget: (reach, baseline name, its result) for reuse along the budget
     kept_baselines: dict[bytes, list[tuple[float, str, BaselinePoint]]] = field(default_factory=dict)
+    # candidate tables built for requests the shared ones do not fit: (request key, fit_signature) -> tables
+    tables: dict[tuple[bytes, tuple], Candidates] = field(default_factory=dict)
     solves: int = 0
     reused: int = 0
     built: int = 0
@@ -144,7 +159,7 @@ class PointSolver:
             mip_gap=solved.mip_gap,
             devices=solved.used,
             bought={d.name: max(solved.used.get(d.name, 0) - d.count, 0) for d in request.devices},
-            binding=device_binding(request, cand, solved.used)
+            binding=device_binding(request, self.ctx.shared or cand, solved.used)
             + solved.binding
             + budget_binding(request, cand, solved.cost),
             marginal_rps=marginal,
@@ -170,15 +185,27 @@ class PointSolver:
         return PointBaselines(**found)
 
     def candidates_for(self, request: PlanRequest) -> Candidates:
-        """The shared candidates with this request's devices and options, or candidates built for it
-        (from the request with room for one more device per type, for the marginal values)."""
-        cand = self.ctx.shared
-        if cand is None:
-            room = widened(request, [], self.ctx.request.marginal)
-            check_profiles_cover(room, self.ctx.table)
-            cand = build_candidates(room, self.ctx.table)
-            self.built += 1
+        """The candidate tables of `request` with its devices and options: the sweep's shared tables where
+        the same pools fit (fit_signature), else tables built for it, kept per request but for its
+        budget and counts and per signature (a point's marginal values take their own, through here)."""
+        shared, signature = self.ctx.shared, fit_signature(request, self.ctx.tps)
+        if shared is not None and signature == fit_signature(shared.request, self.ctx.tps):
+            cand = shared
+        else:
+            key = (resource_key(request)[0] if shared is None else b"", signature)
+            cand = self.tables.get(key)
+            if cand is None:
+                check_profiles_cover(request, self.ctx.table)
+                cand = with_matrix_memo(build_candidates(request, self.ctx.table))
+                self.tables[key] = cand
+                self.built += 1
         return dataclasses.replace(cand, request=request, devices=device_table(request))
+
+    def plan_key(self, request: PlanRequest) -> tuple[bytes, float, dict[str, int]]:
+        """resource_key with the request's fit_signature in the key: a plan answers only requests on the
+        same candidate tables."""
+        key, budget, capacity = resource_key(request)
+        return key + repr(fit_signature(request, self.ctx.tps)).encode(), budget, capacity
 
     def solve(self, request: PlanRequest, cand: Candidates, start: np.ndarray | None) -> Solved:
         """The plan of `request`: another budget's plan where provably the same, else a solve seeded
@@ -196,7 +223,7 @@ class PointSolver:
         """A kept plan that is provably this request's: solved on the same request but for the budget and
         the device capacities, under resources at least this request's, and fitting this request's (its
         MILP's spend within this budget, its devices per type within these capacities): Reach.answers."""
-        key, budget, capacity = resource_key(request)
+        key, budget, capacity = self.plan_key(request)
         for reach, solved in self.plans.get(key, []):
             if reach.answers(solved, budget, capacity):
                 self.reused += 1
@@ -211,7 +238,7 @@ class PointSolver:
     def remember(self, request: PlanRequest, solved: Solved) -> Solved:
         """Keep `solved` as the plan of `request` for reuse (up to its budget, or from its cost up when
         the budget cuts nothing off) and as a start."""
-        key, budget, capacity = resource_key(request)
+        key, budget, capacity = self.plan_key(request)
         self.plans.setdefault(key, []).append((Reach(reach_of(request, budget), capacity), solved))
         return solved
 
@@ -220,21 +247,21 @@ class PointSolver:
         all demand is served, else the difference of two plans (0 when within the MIP gap: solver noise)."""
         out: dict[str, float] = {}
         served_all = solved.slo_rps >= solved.demand_rps * (1 - SERVED_TOL)
-        on = set(cand.pools["device"])
         for device in request.devices:
-            if served_all or device.name not in on or solved.status == "no_candidates":
+            more = one_more(request, device.name)
+            more_cand = None if served_all else self.candidates_for(more)
+            if more_cand is None or device.name not in set(more_cand.pools["device"]):
                 out[device.name] = 0.0
                 continue
-            more = one_more(request, device.name)
-            more_cand = dataclasses.replace(cand, request=more, devices=device_table(more))
-            extra = self.one_more_device(more, more_cand, solved, (device.name, device.capacity))
+            same = more_cand.pools is cand.pools  # one more device fits no new pool: the same tables
+            extra = self.one_more_device(more, more_cand, solved, (device.name, device.capacity), same)
             gain = extra.slo_rps - solved.slo_rps
             noise = max(request.options.mip_rel_gap * max(extra.slo_rps, 1.0), 1e-6)
             out[device.name] = round(gain, 9) if gain > noise else 0.0
         return out
 
     def one_more_device(
-        self, more: PlanRequest, cand: Candidates, solved: Solved, device: tuple[str, int]
+        self, more: PlanRequest, cand: Candidates, solved: Solved, device: tuple[str, int], same: bool = True
     ) -> Solved:
         """The plan of `more` (the point's request with one more device of type device[0], which it has
         device[1] of).
@@ -245,11 +272,13 @@ class PointSolver:
         gap, and the point's own plan otherwise: optimize.optimize_above solves exactly that (its LP
         relaxation settles most devices without a MIP, and its MIP prunes every node that cannot beat
         the point); the point's plan is then kept as `more`'s up to this budget. Objectives other than
-        max_goodput, and a search stopped without a plan, solve `more` itself from the point's plan."""
+        max_goodput, a search stopped without a plan, and a `more` on other candidate tables than the
+        point's (`same` false: one more device fits a pool the point's count did not, fit_signature, so
+        the plans that leave it unused are not the point's plans) solve `more` itself."""
         kept = self.reuse(more)
         if kept is not None:
             return kept
-        if more.options.objective != "max_goodput" or solved.objective is None:
+        if more.options.objective != "max_goodput" or solved.objective is None or not same:
             return self.solve(more, cand, None)
         floor = solved.objective + more.options.mip_rel_gap * max(abs(solved.objective), 1.0)
         began = time.perf_counter()
@@ -270,7 +299,7 @@ class PointSolver:
         prices): the likeliest feasible start (optimize_from checks every row before using it). When
         none fits, the plan of the least larger resources on this request (in falling order, the point
         solved just before): optimize_from takes it as the sub-MIP's hint."""
-        key, budget, capacity = resource_key(request)
+        key, budget, capacity = self.plan_key(request)
         price = {d.name: d.cost_per_hour for d in request.devices}
         best, best_rps = None, -1.0
         for entries in self.plans.values():
@@ -395,8 +424,10 @@ def devices_per_type(request: PlanRequest, cand: Candidates, instances: np.ndarr
 
 
 def device_binding(request: PlanRequest, cand: Candidates, used: dict[str, int]) -> list[str]:
-    """ "devices:NAME" for each type without room for one more instance of its smallest pool (integer-aware;
-    per point, as a reused plan keeps its devices but not the point's capacities)."""
+    """ "devices:NAME" for each type without room for one more instance of its smallest pool in `cand`
+    (integer-aware; per point, as a reused plan keeps its devices but not the point's capacities; the
+    sweep passes its shared tables where it has them, so a type with no instance that fits its count
+    is binding too)."""
     pools = cand.pools
     out = []
     for device in request.devices:
