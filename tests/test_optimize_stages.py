@@ -159,11 +159,12 @@ def test_stage_records_round_trip_through_json(paper_plan):
     assert decoded.solver.stages == result.solver.stages
 
 
-def test_each_call_gets_its_stage_tuning(monkeypatch):
-    """optimize.STAGE_TUNING reaches the backend per (step, stage), then per step; other calls get None."""
+@pytest.fixture
+def tuning_seen(monkeypatch):
+    """Every backend call's `tuning` (and whether it was a relaxation), in order, as the highs backend got
+    them; and paper.json's candidates, built once per test."""
     from fleetplan import fixtures
     from fleetplan.models.codec import read_request
-    from fleetplan.solver import optimize as optimize_module
     from fleetplan.solver.backends import highs
     from fleetplan.solver.candidates import build_candidates
     from fleetplan.solver.pipeline import resolve_profiles
@@ -176,10 +177,22 @@ def test_each_call_gets_its_stage_tuning(monkeypatch):
         return solve(self, form, objective, sense, **kwargs)
 
     monkeypatch.setattr(highs.HighsBackend, "solve", spy)
+
+    def prepare(change=lambda r: r):
+        request = change(read_request(fixtures.request_path("paper")))
+        return request, build_candidates(request, resolve_profiles(request))
+
+    return seen, prepare
+
+
+def test_each_call_gets_its_stage_tuning(monkeypatch, tuning_seen):
+    """optimize.STAGE_TUNING reaches the backend per (step, stage), then per step; other calls get None."""
+    from fleetplan.solver import optimize as optimize_module
+
+    seen, prepare = tuning_seen
     tuning = {"tie_break": {"presolve": "off"}, ("relaxation", "cost"): {"simplex_strategy": 4}}
     monkeypatch.setattr(optimize_module, "STAGE_TUNING", tuning)
-    request = read_request(fixtures.request_path("paper"))
-    outcome = optimize_module.optimize(request, build_candidates(request, resolve_profiles(request)))
+    outcome = optimize_module.optimize(*prepare())
     steps = [(r.step, r.stage) for r in outcome.stages]
     assert len(seen) == len(steps)
     for (step, stage), (passed, _) in zip(steps, seen, strict=True):
@@ -188,71 +201,47 @@ def test_each_call_gets_its_stage_tuning(monkeypatch):
     assert ("relaxation", "cost") in steps
 
 
-def test_a_budget_lays_its_tuning_over_the_stage_tuning(monkeypatch):
+def test_a_budget_lays_its_tuning_over_the_stage_tuning(monkeypatch, tuning_seen):
     """Under budget_per_hour, optimize.BUDGET_TUNING's options replace STAGE_TUNING's for that step only."""
-    from fleetplan import fixtures
-    from fleetplan.models.codec import read_request
     from fleetplan.solver import optimize as optimize_module
-    from fleetplan.solver.backends import highs
-    from fleetplan.solver.candidates import build_candidates
-    from fleetplan.solver.pipeline import resolve_profiles
 
-    seen: list[object] = []
-    solve = highs.HighsBackend.solve
-
-    def spy(self, form, objective, sense, **kwargs):
-        seen.append(kwargs.get("tuning"))
-        return solve(self, form, objective, sense, **kwargs)
-
-    monkeypatch.setattr(highs.HighsBackend, "solve", spy)
+    seen, prepare = tuning_seen
     monkeypatch.setattr(optimize_module, "STAGE_TUNING", {"tie_break": {"presolve": "off", "random_seed": 3}})
     monkeypatch.setattr(optimize_module, "BUDGET_TUNING", {"tie_break": {"presolve": "choose"}})
-    request = read_request(fixtures.request_path("paper"))
-    budget = msgspec.structs.replace(
-        request, options=msgspec.structs.replace(request.options, budget_per_hour=14.0)
-    )
-    outcome = optimize_module.optimize(budget, build_candidates(budget, resolve_profiles(budget)))
+
+    def budget(request):
+        return msgspec.structs.replace(
+            request, options=msgspec.structs.replace(request.options, budget_per_hour=14.0)
+        )
+
+    outcome = optimize_module.optimize(*prepare(budget))
     steps = [r.step for r in outcome.stages]
     assert "tie_break" in steps
-    for step, passed in zip(steps, seen, strict=True):
+    for step, (passed, _) in zip(steps, seen, strict=True):
         assert passed == ({"presolve": "choose", "random_seed": 3} if step == "tie_break" else None)
 
 
-def test_a_cutoff_lays_its_tuning_over_the_primary_and_bounds_start_and_primary(monkeypatch):
+def test_a_cutoff_lays_its_tuning_over_the_primary_and_bounds_start_and_primary(monkeypatch, tuning_seen):
     """optimize_above's search (a floor the plans must beat): its sub-MIP start and its primary MIP get
     HiGHS's objective_bound at the floor (minimizing sense), and the primary optimize.CUTOFF_TUNING's
     options on top of STAGE_TUNING's; the relaxations and tie-breaks neither."""
-    from fleetplan import fixtures
-    from fleetplan.models.codec import read_request
     from fleetplan.solver import optimize as optimize_module
-    from fleetplan.solver.backends import highs
-    from fleetplan.solver.candidates import build_candidates
-    from fleetplan.solver.pipeline import resolve_profiles
 
-    seen: list[object] = []
-    solve = highs.HighsBackend.solve
-
-    def spy(self, form, objective, sense, **kwargs):
-        seen.append(kwargs.get("tuning"))
-        return solve(self, form, objective, sense, **kwargs)
-
-    monkeypatch.setattr(highs.HighsBackend, "solve", spy)
+    seen, prepare = tuning_seen
     monkeypatch.setattr(optimize_module, "STAGE_TUNING", {"primary": {"random_seed": 3}})
     monkeypatch.setattr(optimize_module, "CUTOFF_TUNING", {"primary": {"mip_heuristic_run_rens": False}})
-    request = read_request(fixtures.request_path("paper"))
-    more = msgspec.structs.replace(
-        request,
-        devices=[
+
+    def one_more_a6000(request):
+        devices = [
             msgspec.structs.replace(d, count=d.count + 1) if d.name == "a6000ada" else d
             for d in request.devices
-        ],
-    )
-    outcome, mip = optimize_module.optimize_above(
-        more, build_candidates(more, resolve_profiles(more)), 55.0, ("a6000ada", 4)
-    )
+        ]
+        return msgspec.structs.replace(request, devices=devices)
+
+    outcome, mip = optimize_module.optimize_above(*prepare(one_more_a6000), 55.0, ("a6000ada", 4))
     assert mip
     assert outcome is not None
-    for record, passed in zip(outcome.stages, seen, strict=True):
+    for record, (passed, _) in zip(outcome.stages, seen, strict=True):
         if record.step == "primary":
             assert passed == {"random_seed": 3, "mip_heuristic_run_rens": False, "objective_bound": -55.0}
         elif record.step == "start":
