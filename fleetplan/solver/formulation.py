@@ -88,7 +88,7 @@ class Columns:
 
     @property
     def n_shapes(self) -> int:
-        return int(self.shape.max(initial=-1)) + 1
+        return _numbered(self.shape)
 
     @property
     def switch_offset(self) -> int:
@@ -96,11 +96,16 @@ class Columns:
 
     @property
     def n_switches(self) -> int:
-        return int(self.switch.max(initial=-1)) + 1
+        return _numbered(self.switch)
 
     @property
     def size(self) -> int:
         return self.switch_offset + self.n_switches
+
+
+def _numbered(numbers: np.ndarray) -> int:
+    """How many columns a per-pool numbering 0..K-1 (-1: none) calls for: K."""
+    return int(numbers.max(initial=-1)) + 1
 
 
 @dataclass

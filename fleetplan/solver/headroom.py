@@ -7,8 +7,9 @@ shapes as mixes of their shorter classes (mix_groups) and splits each into headr
 """
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 import numpy as np
 import pandas as pd
@@ -335,11 +336,24 @@ def _ratio_to_pool_max(pool: np.ndarray, value: np.ndarray) -> np.ndarray:
     return np.maximum(longest[pool] / np.maximum(value, 1e-9), 1.0)
 
 
+T = TypeVar("T")
+
+
+def kept_on(cand: "Candidates", name: str, frames: tuple, build: Callable[[], T]) -> T:
+    """`build()`, kept in `cand.memo` under `name` for these very `frames` (compared by identity): a copy
+    of the tables shares the memo, and a copy with other frames builds anew."""
+    kept = cand.memo.get(name)
+    if kept is None or any(a is not b for a, b in zip(kept[0], frames, strict=True)):
+        kept = cand.memo[name] = (frames, build())
+    return kept[1]
+
+
 def _use_arrays(cand: "Candidates") -> tuple:
     """The capacity model's arrays of every use of a candidate set (UseTable with the uses' NIC caps and KV
     reserves, Curves, holding times), kept on it: they depend on the classes' shapes, not their demand."""
-    memo, uses = cand.memo, cand.uses
-    if memo.get("use_arrays", (None,))[0] is not uses:  # built for these very uses (a copy keeps the memo)
+    uses = cand.uses
+
+    def build() -> tuple:
         t = dataclasses.replace(
             use_table(uses, cand.classes),
             kv_slack_ms=uses["kv_slack_ms"].to_numpy(float),
@@ -347,8 +361,9 @@ def _use_arrays(cand: "Candidates") -> tuple:
         )
         c = cand.classes.loc[uses["w"]].reset_index(drop=True)
         holding = _holding_ms(uses.reset_index(drop=True), c)
-        memo["use_arrays"] = (uses, (t, cand.curves.curves(uses), holding))
-    return memo["use_arrays"][1]
+        return t, cand.curves.curves(uses), holding
+
+    return kept_on(cand, "use_arrays", (uses,), build)
 
 
 def pooled_rho(cand: "Candidates", rows: np.ndarray, servers: np.ndarray) -> np.ndarray:

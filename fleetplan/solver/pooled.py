@@ -34,7 +34,7 @@ from fleetplan.solver.backends import Sense, SolveResult, get_backend
 from fleetplan.solver.candidates import Candidates
 from fleetplan.solver.deadline import Deadline
 from fleetplan.solver.formulation import MatrixForm, pool_keys, use_demand
-from fleetplan.solver.headroom import pooled_rho
+from fleetplan.solver.headroom import kept_on, pooled_rho
 from fleetplan.solver.optimize import Outcome
 
 FLOW_EPS = 1e-9  # a use carries flow above this (RPS)
@@ -118,12 +118,12 @@ def _credited(
     if credit is None:
         return None
     new_rho, raised, blocked = credit
-    cols, values = outcome.columns, outcome.values
-    integers = np.round(values)
-    integers[: cols.n_pools] = x
+    cols = outcome.columns
+    integers = np.round(outcome.values)
     # a flow of a pool whose headroom rose, or that took another pool's instances, is bounded by its
     # class's demand (NaN: its bound stays)
-    lifted = raised | (x > np.round(values[: cols.n_pools]))
+    lifted = raised | (x > integers[: cols.n_pools])
+    integers[: cols.n_pools] = x
     flow_hi = np.where(lifted[cand.uses["pool"].to_numpy()], use_demand(cand), np.nan)
     form = _fixed_form(outcome.form, cols, integers, new_rho, raised, blocked, flow_hi)
     goodput = outcome.form.objectives["goodput"]
@@ -152,19 +152,19 @@ class _Shapes:
 
 def _shape_tables(cand: Candidates) -> _Shapes:
     """The _Shapes of `cand`, kept on it (a what-if sweep credits many plans on one candidate set)."""
-    memo, uses = cand.memo, cand.uses
-    if memo.get("pool_shapes", (None,))[0] is not uses:
+    uses, pools = cand.uses, cand.pools
+
+    def build() -> _Shapes:
         pair, _ = pd.factorize(pd.MultiIndex.from_arrays([uses["w"], uses["key"]]))
-        pools = cand.pools
-        tables = _Shapes(
+        return _Shapes(
             pool_keys(cand),
             uses["pool"].to_numpy(),
             np.asarray(pair),
             pools["nic_rho"].to_numpy(float),
             pools["rho"].to_numpy(float),
         )
-        memo["pool_shapes"] = (uses, tables)
-    return memo["pool_shapes"][1]
+
+    return kept_on(cand, "pool_shapes", (uses, pools), build)
 
 
 def _shapes_split(shapes: _Shapes, x: np.ndarray) -> list[int]:
