@@ -213,7 +213,7 @@ class Baselines(Base):
     greedy: GreedyBaseline
 
 
-StageStep = Literal["relaxation", "start", "primary", "tie_break", "pooled"]
+StageStep = Literal["relaxation", "start", "neighbourhood", "primary", "tie_break", "pooled"]
 StageKind = Literal["lp", "submip", "mip"]
 
 

@@ -13,6 +13,9 @@ optimize() runs these steps, one function each:
    span good integer plans), which leaves a small MIP that HiGHS solves in a fraction of the time; a
    neighbouring plan given as a hint (a what-if sweep's higher budget) widens that box. If it finds
    nothing, the economical LP rounded within the devices, its flows re-solved with x fixed.
+3b. search_neighbourhoods: on instances whose full MIP cannot end its root node in the time limit (one LP
+   relaxation taking LNS_LP_SHARE of it), sub-MIPs around the start that free part of its instances
+   (solver/neighbourhood.py) first improve it.
 4. solve_primary: the full MIP of the first stage, seeded with that start through setSolution.
 5. tie_break: each further stage with the previous one's objective locked, warm-started from its plan.
 6. assign_outcome: the Outcome the pipeline reads, with a StageRecord per solver call (step, objective,
@@ -40,6 +43,7 @@ from fleetplan.solver.formulation import (
     previous_instances,
     switch_values,
 )
+from fleetplan.solver.neighbourhood import improve
 
 # The lexicographic stages of each objective (docs/formulation.md, "Objectives"): (objective vector, sense).
 STAGES = {
@@ -75,6 +79,14 @@ BUDGET_TUNING: dict[str, dict[str, bool | int | float | str]] = {
 CUTOFF_TUNING: dict[str, dict[str, bool | int | float | str]] = {
     "primary": {"mip_heuristic_run_rens": False},
 }
+# Neighbourhood search (step 3b) runs where the first LP relaxation took at least this share of the time
+# limit: measured 4-10% on the L bench instances, where the full MIP ends no node in 10 s, and at most 0.4%
+# on M and S, where it branches (docs/solvers.md, "Neighbourhoods on large instances").
+LNS_LP_SHARE = 0.02
+# ... until this share of the time limit has passed (the full MIP's root then takes the bound down), each
+# sub-MIP at most LNS_CALL_SHARE of it.
+LNS_UNTIL = 0.6
+LNS_CALL_SHARE = 0.1
 # The least time limit a solver call is given, even once the deadline has passed (s).
 MIN_CALL_S = 0.01
 # LP values within this of an integer count as that integer when flooring and ceiling them.
@@ -160,7 +172,7 @@ class _Solver:
         result = self.backend.solve(form, objective, sense, tuning=tuning, **kwargs)
         ended = time.perf_counter()
         integer = bool(form.integer.any()) and not kwargs.get("relax", False)
-        kind = "submip" if step == "start" and integer else "mip" if integer else "lp"
+        kind = "submip" if step in ("start", "neighbourhood") and integer else "mip" if integer else "lp"
         self.records.append(
             StageRecord(
                 step=step,
@@ -291,6 +303,7 @@ def _finish(
         primary, final = folded
     else:
         start = primal_start(model, relaxed, stages[0], solver, hint)
+        start = search_neighbourhoods(model, relaxed, stages[0], solver, start)
         primary = solve_primary(model, stages[0], start, solver)
         final = tie_break(model, stages, primary, solver)
     return assign_outcome(model, relaxed, primary, final, solver, solve_began, stages[0][1])
@@ -415,6 +428,50 @@ def primal_start(
     if start is None:
         start = _rounded_flows(model, x_lps[-1], stage, solver, clock.remaining())
     return start
+
+
+def search_neighbourhoods(
+    model: _Model,
+    relaxed: list[SolveResult],
+    stage: tuple[str, Sense],
+    solver: _Solver,
+    start: np.ndarray | None,
+) -> np.ndarray | None:
+    """Step 3b: `start` improved by neighbourhood.improve until LNS_UNTIL of the time limit, where the first
+    LP relaxation took LNS_LP_SHARE of it or more (the full MIP's root would not end in time); `start`
+    itself elsewhere. Each sub-MIP is recorded as step "neighbourhood"."""
+    clock, options = solver.clock, solver.clock.options
+    if start is None or not relaxed or relaxed[0].values is None:
+        return start
+    if relaxed[0].seconds < LNS_LP_SHARE * options.time_limit_s:
+        return start
+    name, sense = stage
+    until = min(clock.began + LNS_UNTIL * options.time_limit_s, clock.deadline)
+
+    def solve(form: MatrixForm, limit: float, begin: np.ndarray) -> SolveResult:
+        return solver.call(
+            "neighbourhood",
+            name,
+            form,
+            form.objectives[name],
+            sense,
+            time_limit_s=limit,
+            mip_rel_gap=options.mip_rel_gap,
+            start=begin,
+        )
+
+    x_lp = relaxed[0].values[: model.cols.n_pools]
+    return improve(
+        model.cand,
+        model.form,
+        model.cols,
+        start,
+        x_lp,
+        stage,
+        solve,
+        lambda: until - time.perf_counter(),
+        LNS_CALL_SHARE * options.time_limit_s,
+    )
 
 
 def hint_rows(x: np.ndarray) -> np.ndarray:
