@@ -4,8 +4,8 @@ optimize() runs these steps, one function each:
 
 1. build_model: the matrix form of the candidates (formulation.matrix_for: build_matrix, built once per
    request but for its budget and kept with the candidate tables).
-2. relax_stages: the LP relaxation through every stage, each optimum locked for the next. Its first value
-   is the reported LP bound.
+2. relax_stages: the LP relaxation through every stage, each optimum locked for the next (only the first
+   on a large instance, is_large). Its first value is the reported LP bound.
 3. primal_start: an incumbent for the full MIP. HiGHS alone struggles to find incumbents on this model (it
    spends its time on root cuts while the LP bound is already nearly tight), so a RENS-style sub-MIP:
    every x is boxed between the floor of the smallest and the ceiling of the largest value it takes in the
@@ -79,9 +79,10 @@ BUDGET_TUNING: dict[str, dict[str, bool | int | float | str]] = {
 CUTOFF_TUNING: dict[str, dict[str, bool | int | float | str]] = {
     "primary": {"mip_heuristic_run_rens": False},
 }
-# Neighbourhood search (step 3b) runs where the first LP relaxation took at least this share of the time
-# limit: measured 4-10% on the L bench instances, where the full MIP ends no node in 10 s, and at most 0.4%
-# on M and S, where it branches (docs/solvers.md, "Neighbourhoods on large instances").
+# A large instance (is_large: neighbourhood search, step 3b, and no LP relaxation after the first) is one
+# whose first LP relaxation took at least this share of the time limit: measured 4-10% on the L bench
+# instances, where the full MIP ends no node in 10 s, and at most 0.4% on M and S, where it branches
+# (docs/solvers.md, "Neighbourhoods on large instances").
 LNS_LP_SHARE = 0.02
 # ... until this share of the time limit has passed (the full MIP's root then takes the bound down), each
 # sub-MIP at most LNS_CALL_SHARE of it.
@@ -318,12 +319,17 @@ def build_model(cand: Candidates, clock: _Clock) -> _Model:
 def relax_stages(model: _Model, stages: list[tuple[str, Sense]], solver: _Solver) -> list[SolveResult]:
     """Step 2: the LP relaxation through every stage, each optimum locked for the next; stops at the first
     failure. The min-cost LP always joins: it packs devices where the goodput LP spreads them. Every LP
-    after the first gets at most LATER_RELAXATION_SHARE of the time limit."""
+    after the first gets at most LATER_RELAXATION_SHARE of the time limit, and none runs on a large
+    instance (`is_large`): there the locked LPs are 2-4x slower than the first (on L the min-cost one ran
+    out its share without a solution on 3 of 5 seeds) and the neighbourhood search needs the time more than
+    the sub-MIP's box needs them (docs/solvers.md, "Neighbourhoods on large instances")."""
     box_stages = stages if any(n == "cost" for n, _ in stages) else [*stages, ("cost", Sense.MIN)]
     form = model.form
-    results = []
+    results: list[SolveResult] = []
     for name, sense in box_stages:
         clock = solver.clock
+        if results and is_large(results[0], clock.options):
+            break
         result = solver.call(
             "relaxation",
             name,
@@ -430,6 +436,12 @@ def primal_start(
     return start
 
 
+def is_large(first_lp: SolveResult, options: Options) -> bool:
+    """Whether the first LP relaxation took LNS_LP_SHARE of the time limit or more: the full MIP's root
+    (dozens of such LPs, and cut rounds) will not end in time."""
+    return first_lp.seconds >= LNS_LP_SHARE * options.time_limit_s
+
+
 def search_neighbourhoods(
     model: _Model,
     relaxed: list[SolveResult],
@@ -441,9 +453,7 @@ def search_neighbourhoods(
     LP relaxation took LNS_LP_SHARE of it or more (the full MIP's root would not end in time); `start`
     itself elsewhere. Each sub-MIP is recorded as step "neighbourhood"."""
     clock, options = solver.clock, solver.clock.options
-    if start is None or not relaxed or relaxed[0].values is None:
-        return start
-    if relaxed[0].seconds < LNS_LP_SHARE * options.time_limit_s:
+    if start is None or not relaxed or relaxed[0].values is None or not is_large(relaxed[0], options):
         return start
     name, sense = stage
     until = min(clock.began + LNS_UNTIL * options.time_limit_s, clock.deadline)
