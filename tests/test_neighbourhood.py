@@ -92,16 +92,16 @@ def test_improve_keeps_the_start_when_no_time_is_left(paper):
     assert calls == []
 
 
-def test_the_search_runs_only_where_the_lp_takes_a_share_of_the_time_limit(monkeypatch, paper):
+def test_the_search_runs_only_where_the_first_lp_is_slow(monkeypatch, paper):
     """paper.json's LP takes milliseconds: no neighbourhood, and both LP relaxations (goodput, then cost
-    with goodput locked) run. With the share at 0 (as if its LP were slow) only the first LP runs, the
+    with goodput locked) run. With LNS_LP_S at 0 (as if its LP were slow) only the first LP runs, the
     search is recorded as step "neighbourhood" between the start and the primary MIP, and the plan's
     goodput is the optimum's."""
     request, cand, _, _ = paper
     plain = opt.optimize(request, cand)
     assert "neighbourhood" not in [r.step for r in plain.stages]
     assert [r.stage for r in plain.stages if r.step == "relaxation"] == ["goodput", "cost"]
-    monkeypatch.setattr(opt, "LNS_LP_SHARE", 0.0)
+    monkeypatch.setattr(opt, "LNS_LP_S", 0.0)
     searched = opt.optimize(request, cand)
     assert [r.stage for r in searched.stages if r.step == "relaxation"] == ["goodput"]
     steps = [r.step for r in searched.stages]

@@ -14,8 +14,8 @@ optimize() runs these steps, one function each:
    neighbouring plan given as a hint (a what-if sweep's higher budget) widens that box. If it finds
    nothing, the economical LP rounded within the devices, its flows re-solved with x fixed.
 3b. search_neighbourhoods: on instances whose full MIP cannot end its root node in the time limit (one LP
-   relaxation taking LNS_LP_SHARE of it), sub-MIPs around the start that free part of its instances
-   (solver/neighbourhood.py) first improve it.
+   relaxation taking LNS_LP_S or more, is_large), sub-MIPs around the start that free part of its
+   instances (solver/neighbourhood.py) first improve it.
 4. solve_primary: the full MIP of the first stage, seeded with that start through setSolution.
 5. tie_break: each further stage with the previous one's objective locked, warm-started from its plan.
 6. assign_outcome: the Outcome the pipeline reads, with a StageRecord per solver call (step, objective,
@@ -80,10 +80,11 @@ CUTOFF_TUNING: dict[str, dict[str, bool | int | float | str]] = {
     "primary": {"mip_heuristic_run_rens": False},
 }
 # A large instance (is_large: neighbourhood search, step 3b, and no LP relaxation after the first) is one
-# whose first LP relaxation took at least this share of the time limit: measured 4-10% on the L bench
-# instances, where the full MIP ends no node in 10 s, and at most 0.4% on M and S, where it branches
-# (docs/solvers.md, "Neighbourhoods on large instances").
-LNS_LP_SHARE = 0.02
+# whose first LP relaxation took at least this many seconds: measured 0.40-1.0 s on the L bench instances,
+# where the full MIP ends no node in 10 s (nor in 55 s), against 23-41 ms on M and 3 ms on paper.json,
+# where it branches. A share of the time limit instead (2%) took M at a 1 s limit for large, where the
+# search lost to the full MIP on 3 of 5 seeds (docs/solvers.md, "Neighbourhoods on large instances").
+LNS_LP_S = 0.2
 # ... until this share of the time limit has passed (the full MIP's root then takes the bound down), each
 # sub-MIP at most LNS_CALL_SHARE of it.
 LNS_UNTIL = 0.6
@@ -328,7 +329,7 @@ def relax_stages(model: _Model, stages: list[tuple[str, Sense]], solver: _Solver
     results: list[SolveResult] = []
     for name, sense in box_stages:
         clock = solver.clock
-        if results and is_large(results[0], clock.options):
+        if results and is_large(results[0]):
             break
         result = solver.call(
             "relaxation",
@@ -436,10 +437,10 @@ def primal_start(
     return start
 
 
-def is_large(first_lp: SolveResult, options: Options) -> bool:
-    """Whether the first LP relaxation took LNS_LP_SHARE of the time limit or more: the full MIP's root
-    (dozens of such LPs, and cut rounds) will not end in time."""
-    return first_lp.seconds >= LNS_LP_SHARE * options.time_limit_s
+def is_large(first_lp: SolveResult) -> bool:
+    """Whether the first LP relaxation took LNS_LP_S or more: the full MIP's root (dozens of such LPs, and
+    cut rounds) will not end in a time limit of seconds. The instance's size decides, not the limit."""
+    return first_lp.seconds >= LNS_LP_S
 
 
 def search_neighbourhoods(
@@ -449,11 +450,11 @@ def search_neighbourhoods(
     solver: _Solver,
     start: np.ndarray | None,
 ) -> np.ndarray | None:
-    """Step 3b: `start` improved by neighbourhood.improve until LNS_UNTIL of the time limit, where the first
-    LP relaxation took LNS_LP_SHARE of it or more (the full MIP's root would not end in time); `start`
-    itself elsewhere. Each sub-MIP is recorded as step "neighbourhood"."""
+    """Step 3b: `start` improved by neighbourhood.improve until LNS_UNTIL of the time limit on a large
+    instance (is_large: the full MIP's root would not end in time); `start` itself elsewhere. Each sub-MIP
+    is recorded as step "neighbourhood"."""
     clock, options = solver.clock, solver.clock.options
-    if start is None or not relaxed or relaxed[0].values is None or not is_large(relaxed[0], options):
+    if start is None or not relaxed or relaxed[0].values is None or not is_large(relaxed[0]):
         return start
     name, sense = stage
     until = min(clock.began + LNS_UNTIL * options.time_limit_s, clock.deadline)
