@@ -34,21 +34,23 @@ IMPROVEMENT = 1e-9
 SubSolve = Callable[[MatrixForm, float, np.ndarray], SolveResult]
 
 
+def device_chunks(cand: Candidates) -> list[np.ndarray]:
+    """The device types with pools, in chunks of DEVICE_SHARE of them (sorted by name)."""
+    types = np.unique(cand.pools["device"].to_numpy())
+    per = max(1, int(np.ceil(len(types) * DEVICE_SHARE)))
+    return [types[first : first + per] for first in range(0, len(types), per)]
+
+
 def neighbourhoods(cand: Candidates) -> list[tuple[str, int]]:
     """The neighbourhoods tried around one incumbent, in order: the box, then each chunk of device types."""
-    types = len(np.unique(cand.pools["device"].to_numpy()))
-    per = max(1, int(np.ceil(types * DEVICE_SHARE)))
-    return [("box", 0), *(("devices", chunk) for chunk in range(int(np.ceil(types / per))))]
+    return [("box", 0), *(("devices", chunk) for chunk in range(len(device_chunks(cand))))]
 
 
 def free_pools(cand: Candidates, x: np.ndarray, x_lp: np.ndarray, kind: str, chunk: int) -> np.ndarray:
     """Which pools a neighbourhood frees (bool per pool)."""
     if kind == "box":
         return (x > 0) | (x_lp > 1e-6)
-    device = cand.pools["device"].to_numpy()
-    types = np.unique(device)
-    per = max(1, int(np.ceil(len(types) * DEVICE_SHARE)))
-    return np.isin(device, types[chunk * per : (chunk + 1) * per])
+    return np.isin(cand.pools["device"].to_numpy(), device_chunks(cand)[chunk])
 
 
 def neighbourhood_form(
