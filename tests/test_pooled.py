@@ -34,12 +34,17 @@ def test_credit_serves_more_on_the_same_hardware(scarce, monkeypatch):
     # the reported bound is the MILP's, and the pass says what it served in its records (the best is kept)
     pooled = [s.objective for s in credited.solver.stages if s.step == "pooled"]
     assert max(pooled) == pytest.approx(credited.slo_rps, rel=1e-6)
-    # pools report the credited headroom and run within it (plan() ran verify() on every capacity row)
-    milp_headroom = {(p.model, p.role, p.device, p.tp, p.batch, p.group): p.headroom for p in milp.pools}
+    # pools report the credited headroom and run within it (plan() ran verify() on every capacity row).
+    # The credit keeps each pool's instances, so a pool is matched by its shape and instance count: its
+    # group number follows its headroom, and changes when the credit raises one group above a sibling
+    milp_headroom: dict[tuple, float] = {}
+    for p in milp.pools:
+        key = (p.model, p.role, p.device, p.tp, p.batch, p.instances)
+        milp_headroom[key] = max(milp_headroom.get(key, 0.0), p.headroom)
     raised = [
         p
         for p in credited.pools
-        if p.headroom > milp_headroom.get((p.model, p.role, p.device, p.tp, p.batch, p.group), 1.0)
+        if p.headroom > milp_headroom.get((p.model, p.role, p.device, p.tp, p.batch, p.instances), 1.0)
     ]
     assert raised
     assert all(p.instances >= 2 for p in raised)
