@@ -298,19 +298,18 @@ def routes_out(cand: Candidates, sol: Solution, groups: np.ndarray | None = None
     return routes
 
 
+def devices_used(cand: Candidates, instances: np.ndarray) -> dict[str, int]:
+    """Devices per type of the request's fleet that `instances` (per pool) take: the sum of tp x over the
+    type's pools (0 for a type without any)."""
+    pools = cand.pools
+    used = pd.Series(instances * pools["tp"].to_numpy(), index=pools["device"]).groupby(level=0).sum()
+    return {d.name: int(round(used.get(d.name, 0))) for d in cand.request.devices}
+
+
 def devices_out(cand: Candidates, sol: Solution) -> list[DeviceUse]:
-    used = (
-        pd.Series(sol.instances * cand.pools["tp"].to_numpy(), index=cand.pools["device"])
-        .groupby(level=0)
-        .sum()
-    )
+    used = devices_used(cand, sol.instances)
     return [
-        DeviceUse(
-            name=d.name,
-            used=int(used.get(d.name, 0)),
-            available=d.count,
-            bought=max(int(used.get(d.name, 0)) - d.count, 0),
-        )
+        DeviceUse(name=d.name, used=used[d.name], available=d.count, bought=max(used[d.name] - d.count, 0))
         for d in cand.request.devices
     ]
 

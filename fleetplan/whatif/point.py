@@ -407,20 +407,12 @@ def summarize(request: PlanRequest, cand: Candidates, outcome: Outcome, status: 
         ms=0.0,
         objective=objective,
         spend=round(spend, 9),
-        milp_used=devices_per_type(request, cand, instances),
+        milp_used=extract.devices_used(cand, instances),
     )
 
 
 def _zeros(request: PlanRequest) -> dict[str, int]:
     return {d.name: 0 for d in request.devices}
-
-
-def devices_per_type(request: PlanRequest, cand: Candidates, instances: np.ndarray) -> dict[str, int]:
-    """Devices per type that `instances` (per pool) take: sum of tp x over the type's pools."""
-    pools = cand.pools
-    index = pools["device"].map({d.name: i for i, d in enumerate(request.devices)}).to_numpy()
-    per_type = np.bincount(index, weights=instances * pools["tp"].to_numpy(), minlength=len(request.devices))
-    return {d.name: int(round(n)) for d, n in zip(request.devices, per_type, strict=True)}
 
 
 def device_binding(request: PlanRequest, cand: Candidates, used: dict[str, int]) -> list[str]:
