@@ -21,6 +21,11 @@ from fleetplan.replan import replan
 from fleetplan.store import open_repository
 
 GATE_ARGS = ["--gate-seeds", "1", "--gate-duration", "20", "--gate-warmup", "5"]
+# The paper fleet's gate window. Over 15 measured seconds a p90 of its 4 RPS mistral-short class rests on
+# about 6 requests: measured, 3 to 5 of 20 such windows (seeds 0-19) refused plans that keep every promise
+# over the contract's 600 s on seeds 0-2 (docs/simulation.md, "How long a gate must simulate"); over 120 s,
+# none of 10 did. The simulator runs a 120 s window of this fleet in about 0.2 s.
+PAPER_GATE_ARGS = ["--gate-seeds", "1", "--gate-duration", "120", "--gate-warmup", "10"]
 
 
 @pytest.fixture
@@ -231,7 +236,7 @@ def _check_table(text: str, run: dict, rates: dict[str, float], busier: str, fac
     assert "forecast (constant, 24 h, q0.95)" in text.splitlines()
     forecast = {r.split()[0]: [float(v) for v in r.split()[1:]] for r in tables["class fleet_rps"]}
     assert forecast[busier] == pytest.approx([rates[busier], factor * rates[busier], factor * rates[busier]])
-    assert "gate: passed on 1 seed(s) of 20 s" in text.splitlines()
+    assert "gate: passed on 1 seed(s) of 120 s" in text.splitlines()
 
 
 def test_cli_replan_of_the_paper_fleet_with_an_azure_trace(tmp_path):
@@ -256,7 +261,7 @@ def test_cli_replan_of_the_paper_fleet_with_an_azure_trace(tmp_path):
 
     def replan_cli(trace: Path, *extra: str) -> str:
         args = ["replan", "paper", "--traffic", str(trace), "--interval", "60", "--forecast", "constant"]
-        return cli(*args, *GATE_ARGS, *extra)
+        return cli(*args, *PAPER_GATE_ARGS, *extra)
 
     first = msgspec.json.decode(replan_cli(steady, "--json"))
     _check_first_plan(first, msgspec.json.decode(cli("plans", "paper", "--json")), rates)
