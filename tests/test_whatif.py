@@ -294,14 +294,14 @@ def test_budgets_from_the_fleet_cost_up_take_one_solve_and_a_plateau_another():
 
 
 def test_a_plan_cheaper_after_the_pooled_credit_answers_no_lower_budget():
-    """paper.json at 17.58 $/h: the MILP's plan spends 17.57 $/h, and the pooled credit leaves instances
-    without load, so the plan reports 16.37 $/h. At 16.97 $/h (between the two) that plan is not the
-    MILP's: the point solves its own, which equals a single plan."""
-    from fleetplan import fixtures
-    from fleetplan.models.codec import read_request
+    """The fidelity benchmark's generated request 0 at 16.7 $/h: the MILP's plan spends 16.05 $/h, and the
+    pooled credit leaves an instance without load, so the plan reports 15.05 $/h. At 15.5 $/h (between the
+    two) that plan is not the MILP's: the point solves its own (which serves less there), equal to a single
+    plan."""
+    from bench.fidelity import generated
 
-    base = read_request(fixtures.request_path("paper"))
-    budgets = [60 * 28 / 99, 60 * 29 / 99]
+    base = generated(0)
+    budgets = [15.5, 16.7]
     request = whatif(base, {"param": "budget_per_hour", "values": budgets}, marginal=False, baselines=False)
     result = run_whatif(request)
     assert result.solver.solves == 2

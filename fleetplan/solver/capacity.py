@@ -37,7 +37,7 @@ import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.special import ndtr
+from scipy.special import gammaln, ndtr
 
 from fleetplan.profiler.latency import quantile_ms, quantile_params_array
 
@@ -48,9 +48,16 @@ NIC_SERVERS = 2
 RHO_MIN = 0.02  # a use admissible below this utilization is not worth a pool
 NIC_FLOOR = 0.2  # a use whose KV transfers fit only below this NIC time share would throttle its pool
 BISECTIONS = 40
-# Admissible utilizations are planned on the grid k / LEVELS of an instance's full-batch rate (the MILP's
-# pool levels): on that grid the largest feasible point is found in ceil(log2(LEVELS + 1)) = 5 evaluations
+# Admissible utilizations are grouped on the grid k / LEVELS of an instance's full-batch rate (the MILP's
+# pool levels): on that grid the largest feasible point is found in ceil(log2(LEVELS + 1)) = 5 evaluations.
+# For a decode use REFINE more halvings of its cell give the rate itself to 1 / (LEVELS 2^REFINE), and a
+# decode level runs at the least such rate among its classes (headroom.headroom_levels). Prefill and
+# colocated uses stay on the grid: there the rounding is margin the model needs (docs/formulation.md,
+# "Headroom levels").
 LEVELS = 20
+REFINE = 3
+# own_service takes a request's own batch size at these points of its distribution (the last: its largest)
+MIX_BREAKS = np.array([0.9, 0.99, 0.999, 1.0])
 NIC_STEPS = 8  # NIC utilizations tried per prefill use: k/8 of its mean-wait cap (nic_utilization)
 # The SLO is planned at TAIL_MARGIN x its tail probability (p95 for a p90 SLO, p99.5 for p99): the promise
 # is judged on 600 s windows, where the empirical percentile of a class of a few requests/s scatters by
@@ -60,6 +67,10 @@ TAIL_MARGIN = 0.5
 _Z = np.arange(-5.0, 5.0 + 1e-9, 0.125)
 _W = ndtr(np.append(_Z[1:], np.inf) - 0.0625) - ndtr(np.insert(_Z[:-1], 0, -np.inf) + 0.0625)
 _W = _W / _W.sum()  # probability mass of each grid point (bins between midpoints; the ends take the tails)
+# every fourth of those points: the grid of own_service's tail slots, which weigh 10% or less
+_Z_TAIL = _Z[::4]
+_W_TAIL = ndtr(np.append(_Z_TAIL[1:], np.inf) - 0.25) - ndtr(np.insert(_Z_TAIL[:-1], 0, -np.inf) + 0.25)
+_W_TAIL = _W_TAIL / _W_TAIL.sum()
 
 
 @dataclass(frozen=True)
@@ -90,11 +101,12 @@ class Curves:
         return values[rows, lo] + frac * (values[rows, hi] - values[rows, lo])
 
 
-def service_grid(percentiles: np.ndarray) -> np.ndarray:
-    """(n, G) service times in ms at the grid quantiles, from (n, 3) p50/p90/p99 (missing p50: the others)."""
+def service_grid(percentiles: np.ndarray, z: np.ndarray = _Z) -> np.ndarray:
+    """(n, G) service times in ms at the grid quantiles z (the standard grid _Z unless given), from (n, 3)
+    p50/p90/p99 (missing p50: the others)."""
     p50, p90, p99 = percentiles[:, 0], percentiles[:, 1], percentiles[:, 2]
     p50 = np.where(np.isfinite(p50), p50, np.where(np.isfinite(p90), p90, p99))
-    return quantile_ms(quantile_params_array(p50, p90, p99)[:, None, :], _Z[None, :])
+    return quantile_ms(quantile_params_array(p50, p90, p99)[:, None, :], z[None, :])
 
 
 def moments(grid: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -103,10 +115,11 @@ def moments(grid: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return mean, (grid**2 @ _W) / (2.0 * mean)
 
 
-def tail(grid, limit, wait_prob, wait_mean, kv_prob=None, kv_mean=None) -> np.ndarray:
+def tail(grid, limit, wait_prob, wait_mean, kv_prob=None, kv_mean=None, weights=None) -> np.ndarray:
     """P(S + W + V > limit) for S on `grid`, W = 0 w.p. 1 - wait_prob else exponential of mean `wait_mean`,
     and V (the KV queues, optional) likewise and independent: the sum of two exponentials is
-    hypoexponential, P(E1 + E2 > r) = (m1 e^{-r/m1} - m2 e^{-r/m2}) / (m1 - m2)."""
+    hypoexponential, P(E1 + E2 > r) = (m1 e^{-r/m1} - m2 e^{-r/m2}) / (m1 - m2). `weights`: the
+    probability of each grid point per row (a mixture, `own_service`), else the standard grid's _W."""
     r = np.maximum(limit[:, None] - grid, 0.0)
     p1, m1 = wait_prob[:, None], np.maximum(wait_mean[:, None], 1e-12)
     with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
@@ -120,7 +133,8 @@ def tail(grid, limit, wait_prob, wait_mean, kv_prob=None, kv_mean=None) -> np.nd
             both = (m1 * e1 - m2 * e2) / (m1 - m2)
             out = p1 * (1 - p2) * e1 + p2 * (1 - p1) * e2 + p1 * p2 * both
     out = np.where(np.isfinite(out), np.clip(out, 0.0, 1.0), 1.0)
-    return np.where(limit[:, None] - grid < 0, 1.0, out) @ _W
+    out = np.where(limit[:, None] - grid < 0, 1.0, out)
+    return out @ _W if weights is None else (out * weights).sum(axis=1)
 
 
 @dataclass(frozen=True)
@@ -184,9 +198,11 @@ def _exponential_pmf(prob: np.ndarray, mean: np.ndarray, cell: np.ndarray) -> np
     return out
 
 
-def queue_tail(grid, limit, wait: QueueWait, other=None, memo: dict | None = None) -> np.ndarray:
+def queue_tail(grid, limit, wait: QueueWait, other=None, memo: dict | None = None, own=None) -> np.ndarray:
     """P(S + W + V > limit) for S on `grid`, W a `QueueWait` on S's residual and V (optional, independent)
-    zero-or-exponential given as (probability, conditional mean); 1 where the queue is overloaded.
+    zero-or-exponential given as (probability, conditional mean); 1 where the queue is overloaded. `own`:
+    the service of the rows with b > 1 as a mixture over the batch sizes (`own_service`; those rows are
+    memoryless), which replaces `grid` there (`_mixture_tail`).
 
     Memoryless rows: the closed form of two zero-or-exponential waits (`tail`). The others on the window
     [0, limit] in WAIT_CELLS cells (`_window`, `_compound_tail`). `memo`: a dict kept across calls whose
@@ -198,9 +214,16 @@ def queue_tail(grid, limit, wait: QueueWait, other=None, memo: dict | None = Non
     out = np.ones(len(limit))
     m = ~exact & ~overloaded
     if m.any():
-        mean = wait.scale[m] * moments(grid[m])[1] * wait.stretch[m]
-        v = (None, None) if other is None else (other[0][m], other[1][m])
-        out[m] = tail(grid[m], limit[m], wait.prob[m], mean, *v)
+        mixture = np.zeros(len(limit), dtype=bool)
+        if own is not None:
+            mixture[own[0]] = True
+        plain = m & ~mixture
+        if plain.any():
+            v = (None, None) if other is None else (other[0][plain], other[1][plain])
+            mean = wait.scale[plain] * moments(grid[plain])[1] * wait.stretch[plain]
+            out[plain] = tail(grid[plain], limit[plain], wait.prob[plain], mean, *v)
+        if (m & mixture).any():
+            _mixture_tail(out, m, limit, wait, other, own)
     if exact.any():
         window = None if memo is None else memo.get("window")
         if window is None:
@@ -212,6 +235,19 @@ def queue_tail(grid, limit, wait: QueueWait, other=None, memo: dict | None = Non
         rows = np.flatnonzero(exact)[live]
         out[rows] = _compound_tail(window, live, wait.prob[rows], wait.stretch[rows])
     return np.where(overloaded, 1.0, out)
+
+
+def _mixture_tail(out, m, limit, wait: QueueWait, other, own: tuple) -> None:
+    """queue_tail's memoryless rows among `own`'s (b > 1), written into `out`: the service a mixture over
+    the batch sizes (`own_service`), the residual that of the batch in service, E[S^2] / (2 E[S]) over
+    the batches' sizes."""
+    rows, mixed, mine, batches = own
+    keep = m[rows]
+    rows, mixed, mine, batches = rows[keep], mixed[keep], mine[keep], batches[keep]
+    residual = (mixed**2 * batches).sum(axis=1) / (2.0 * (mixed * batches).sum(axis=1))
+    mean = wait.scale[rows] * residual * wait.stretch[rows]
+    v = (None, None) if other is None else (other[0][rows], other[1][rows])
+    out[rows] = tail(mixed, limit[rows], wait.prob[rows], mean, *v, weights=mine)
 
 
 def _window(grid, limit, scale, other) -> tuple:
@@ -296,13 +332,15 @@ def erlang_c(servers: np.ndarray, load: np.ndarray) -> np.ndarray:
     return np.clip(blocking / (1.0 - rho * (1.0 - blocking)), 0.0, 1.0)
 
 
-def bisect_rate(feasible, upper: np.ndarray, levels: int | None = None) -> np.ndarray:
+def bisect_rate(feasible, upper: np.ndarray, levels: int | None = None, refine: int = 0) -> np.ndarray:
     """The largest rate in (0, upper) where `feasible(rate)` holds, elementwise (feasible is monotone).
 
     With `levels`, only the grid k / levels x upper (k = 0..levels) is searched: the largest feasible grid
-    point (0 if none), exactly what rounding the continuous answer down to that grid gives."""
+    point (0 if none), exactly what rounding the continuous answer down to that grid gives; then `refine`
+    halvings of the cell above it: the answer rounded down to 1 / (levels 2^refine) of upper, never below
+    the grid point (so flooring it to the grid gives the grid point back)."""
     if levels is not None:
-        return _bisect_grid(feasible, upper, levels)
+        return _bisect_grid(feasible, upper, levels, refine)
     lo, hi = np.zeros_like(upper), upper.copy()
     for _ in range(BISECTIONS):
         mid = 0.5 * (lo + hi)
@@ -311,14 +349,20 @@ def bisect_rate(feasible, upper: np.ndarray, levels: int | None = None) -> np.nd
     return lo
 
 
-def _bisect_grid(feasible, upper: np.ndarray, levels: int) -> np.ndarray:
+def _bisect_grid(feasible, upper: np.ndarray, levels: int, refine: int) -> np.ndarray:
     lo = np.zeros(upper.shape, dtype=np.int64)  # largest grid point known feasible (k = 0: nothing admitted)
     hi = np.full(upper.shape, levels + 1, dtype=np.int64)  # smallest known infeasible (levels + 1: none yet)
     while (open_ := hi - lo > 1).any():
         mid = (lo + hi) // 2
         ok = feasible(np.minimum(mid, levels) / levels * upper)
         lo, hi = np.where(open_ & ok, mid, lo), np.where(open_ & ~ok, mid, hi)
-    return lo / levels * upper
+    # the cell above the grid point (none at the top: upper itself is feasible)
+    low, high = lo / levels * upper, np.minimum(lo + 1, levels) / levels * upper
+    for _ in range(refine):
+        mid = 0.5 * (low + high)
+        ok = feasible(mid) & (lo < levels)
+        low, high = np.where(ok, mid, low), np.where(ok, high, mid)
+    return low
 
 
 def batch_fixed_point(
@@ -342,6 +386,34 @@ def batch_fixed_point(
         n[active] = new
         active = active[moved]
     return n
+
+
+def own_batch(rate, mean_ms, extra_ms, batch) -> tuple[np.ndarray, np.ndarray]:
+    """(batches, own), each (n, B + 1): the probability that a batch has k = 0..B requests (0 never), and
+    that a request is prefilled in a batch of k, B the largest b; all of it at k = 1 where b = 1.
+
+    A batch takes whoever waits when the server turns to prefill, up to b (simulator/engine.py,
+    start_prefill). With the model's own reading of batch formation (batch_fixed_point: what arrives
+    during one batch is the next) a batch has K = clip(A, 1, b) requests, A Poisson of mean rate (E[S(n*)]
+    + extra). A request is k times likelier to be in a batch of k than a batch is to be of k (the
+    inspection paradox): P*(k) = k P(K = k) / E[K]. At the tail that matters: at a mean batch of 1.2 a p99
+    request of a long prompt is often prefilled in a batch of three or four."""
+    rate, mean_ms, extra_ms, batch = np.broadcast_arrays(
+        *(np.asarray(a, dtype=float) for a in (rate, mean_ms, extra_ms, batch))
+    )
+    b = batch.astype(np.int64)
+    k = np.arange(int(b.max(initial=1)) + 1)
+    m = np.maximum(rate * (mean_ms + extra_ms) / 1e3, 1e-12)
+    pmf = np.exp(k[None, :] * np.log(m)[:, None] - m[:, None] - gammaln(k + 1.0)[None, :])
+    cdf = np.cumsum(pmf, axis=1)
+    rows = np.arange(len(b))
+    p = np.where(k[None, :] < b[:, None], pmf, 0.0)
+    p[:, 0] = 0.0
+    p[:, 1] = np.where(b > 1, cdf[:, 1], 0.0)  # A <= 1: a batch of one
+    p[rows, b] += np.where(b > 1, np.clip(1.0 - cdf[rows, b - 1], 0.0, 1.0), 1.0)  # A >= b: a full one
+    p = p / p.sum(axis=1, keepdims=True)
+    biased = p * k[None, :]
+    return p, biased / biased.sum(axis=1, keepdims=True)
 
 
 # --- prefill ----------------------------------------------------------------------------------------------
@@ -378,39 +450,110 @@ def full_batch_mean(curves, batch) -> np.ndarray:
     return moments(service_grid(curves.at("ttft", batch)))[0]
 
 
-def prefill_tail(rate, curves, batch, limit_ms, kv=None, share=1.0, full_mean=None, servers=None, memo=None):
+def prefill_tail(
+    rate,
+    curves,
+    batch,
+    limit_ms,
+    kv=None,
+    share=1.0,
+    full_mean=None,
+    servers=None,
+    memo=None,
+    grids=None,
+    mixture=True,
+):
     """P(TTFT > limit) for one prefill instance at `rate` requests/s (batch-as-job M/G/1), with the KV
-    queueing wait `kv` = (probability, conditional mean) added where the KV cache moves."""
-    state = prefill_state(rate, curves, batch, share, full_mean, servers)
+    queueing wait `kv` = (probability, conditional mean) added where the KV cache moves. `memo` as
+    `queue_tail`'s, `grids` as `own_service`'s; `mixture` false: the request's own batch at the mean
+    occupancy (no `own_service`)."""
+    state = prefill_state(rate, curves, batch, share, full_mean, servers, grids, mixture)
     return prefill_tail_at(state, limit_ms, kv, memo)
 
 
-def prefill_state(rate, curves, batch, share=1.0, full_mean=None, servers=None) -> tuple:
+def prefill_state(
+    rate, curves, batch, share=1.0, full_mean=None, servers=None, grids=None, mixture=True
+) -> tuple:
     """What the TTFT tail of a prefill instance at `rate` needs and the limit does not change: the service
     grid at the batch occupancy n* and the wait for the batches ahead (`batch_wait`)."""
     n = batch_fixed_point(rate, curves, batch, np.zeros_like(rate))
     grid = service_grid(curves.at("ttft", n))
-    return grid, batch_wait(rate, curves, batch, n, grid, share, full_mean, servers)
+    own = own_service(curves, rate, grid, 0.0, batch, grids) if mixture else None
+    return grid, batch_wait(rate, curves, batch, n, grid, share, full_mean, servers), own
+
+
+def own_service(curves, rate, grid, extra_ms, batch, memo=None) -> tuple | None:
+    """The prefill times of the uses with b > 1 as a mixture over the batch sizes (`own_batch`): (their
+    rows, grid, own weights, batch weights), a queue_tail `own`; None where every b is 1 (a batch of one
+    request: `grid` itself). The request's own batch size is taken in slots: slot s holds the requests
+    between the MIX_BREAKS[s - 1] and MIX_BREAKS[s] points of its size-biased distribution and is
+    evaluated at the largest size among them (a larger batch takes longer, so each slot errs long). The
+    slots' service grids side by side, the first on the standard grid and the tail slots (10% of the
+    requests in all) on every fourth of its points, weighted by the slot's share for the request's own
+    batch and by P(K in slot s) for a batch in service (whose residual a waiting request sees). `memo`: a
+    dict kept across the calls of one bisection (the same curves and batches, other rates), where each
+    slot's service grid at each whole batch size is computed once (`_sized_grid`)."""
+    multi = np.flatnonzero(np.asarray(batch) > 1)
+    if not len(multi):
+        return None
+    extra = np.broadcast_to(np.asarray(extra_ms, dtype=float), np.shape(rate))[multi]
+    batches, own = own_batch(rate[multi], grid[multi] @ _W, extra, np.asarray(batch)[multi])
+    cdf = np.cumsum(own, axis=1)
+    # per row and slot: the least k whose size-biased cdf reaches the slot's upper break
+    sizes = np.argmax(cdf[:, None, :] >= MIX_BREAKS[None, :, None] - 1e-12, axis=2)
+    points = [_W] + [_W_TAIL] * (len(MIX_BREAKS) - 1)
+    slots = [
+        _sized_grid(curves, multi, sizes[:, s], _Z if s == 0 else _Z_TAIL, memo) for s in range(len(points))
+    ]
+    share = np.diff(MIX_BREAKS, prepend=0.0)
+    reached = np.take_along_axis(np.cumsum(batches, axis=1), sizes, axis=1)
+    in_slot = np.diff(reached, axis=1, prepend=0.0)
+    mine = np.concatenate(
+        [np.broadcast_to(share[s] * w, (len(multi), len(w))) for s, w in enumerate(points)], axis=1
+    )
+    theirs = np.concatenate([in_slot[:, s, None] * w[None, :] for s, w in enumerate(points)], axis=1)
+    return multi, np.concatenate(slots, axis=1), mine, theirs
+
+
+def _sized_grid(curves, multi: np.ndarray, sizes: np.ndarray, z: np.ndarray, memo: dict | None) -> np.ndarray:
+    """The service grids on quantiles `z` of the uses `multi` at whole batch sizes `sizes` (one per use).
+    With `memo` each size is computed once for every use of `multi` and kept (the rate moves a use's sizes
+    between evaluations, never the grid at a size); without it, each use at its own size."""
+    if memo is None:
+        return service_grid(curves.at("ttft", sizes.astype(float), multi), z)
+    out = np.empty((len(multi), len(z)))
+    for k in np.unique(sizes):
+        key = (len(z), int(k))
+        if key not in memo:
+            memo[key] = service_grid(curves.at("ttft", np.full(len(multi), float(k)), multi), z)
+        chosen = sizes == k
+        out[chosen] = memo[key][chosen]
+    return out
 
 
 def prefill_tail_at(state: tuple, limit_ms, kv=None, memo=None) -> np.ndarray:
     """P(TTFT > limit) from a `prefill_state` (1 where the batches overload the instance); `memo` as
     `queue_tail`'s."""
-    grid, wait = state
-    return queue_tail(grid, limit_ms, wait, kv, memo)
+    grid, wait, own = state
+    return queue_tail(grid, limit_ms, wait, kv, memo, own)
 
 
 def prefill_admissible(
-    curves, batch, limit_ms, epsilon, full_rate, kv=None, share=1.0, levels=None, servers=None
+    curves, batch, limit_ms, epsilon, full_rate, kv=None, share=1.0, levels=None, servers=None, mixture=True
 ):
     """Largest per-instance rate (requests/s) keeping P(TTFT > limit) <= epsilon (on the grid k / levels
-    of full_rate when `levels` is given)."""
+    of full_rate when `levels` is given). `mixture` as prefill_tail's: false only where the rate ranks
+    alternatives and is not itself admitted (nic_utilization's trials)."""
     full_mean = full_batch_mean(curves, batch)
 
     memo: dict = {}  # at b = 1 the service, limit, share and KV wait are the same at every rate
+    grids: dict = {}  # at b > 1 the service grid at each whole batch size (own_service)
 
     def ok(rate):
-        return prefill_tail(rate, curves, batch, limit_ms, kv, share, full_mean, servers, memo) <= epsilon
+        tail_ = prefill_tail(
+            rate, curves, batch, limit_ms, kv, share, full_mean, servers, memo, grids, mixture
+        )
+        return tail_ <= epsilon
 
     return bisect_rate(ok, full_rate, levels)
 
@@ -521,7 +664,7 @@ def nic_utilization(t: UseTable, curves: Curves) -> np.ndarray:
     kv = _two_nic_wait(trial[tried], s.t_kv * s.kv_share)
     carried = np.full(len(trial), -1.0)
     carried[tried] = np.minimum(
-        prefill_admissible(c, s.batch, limit, s.epsilon, s.rate, kv, s.share, LEVELS),
+        prefill_admissible(c, s.batch, limit, s.epsilon, s.rate, kv, s.share, LEVELS, mixture=False),
         trial[tried] * 1e3 / s.t_kv,
     )
     carried = carried.reshape(NIC_STEPS, -1)
@@ -580,7 +723,7 @@ def _decode_rates(t: UseTable, curves: Curves, levels: int | None) -> np.ndarray
     def ok(rate):
         return decode_tail(rate, tbt_grid, hold, slots, steps, t.tbt_slo, t.share, t.servers) <= t.epsilon
 
-    return np.where(t.steps > 0, bisect_rate(ok, t.rate, levels), t.rate)
+    return np.where(t.steps > 0, bisect_rate(ok, t.rate, levels, REFINE), t.rate)
 
 
 def _colocated_rates(t: UseTable, curves: Curves, levels: int | None) -> np.ndarray:
@@ -589,6 +732,7 @@ def _colocated_rates(t: UseTable, curves: Curves, levels: int | None) -> np.ndar
     stall_cap = np.clip(1.0 - t.tbt_q / t.tbt_slo, 0.0, 1.0)  # largest prefill share of the instance's time
     slots = t.batch.astype(np.int64)
     full_mean = full_batch_mean(curves, t.batch)
+    grids: dict = {}  # own_service's service grids at whole batch sizes, across the bisection
 
     def ok(rate):
         n = batch_fixed_point(rate, curves, t.batch, tbt_mean)
@@ -600,7 +744,8 @@ def _colocated_rates(t: UseTable, curves: Curves, levels: int | None) -> np.ndar
         load = rate * hold / 1e3
         fits = (load < slots) & (stall <= stall_cap)
         slot, batch = _colocated_waits(t, curves, rate, grid, n, hold, slots, full_mean)
-        return fits & (queue_tail(grid, t.ttft_slo - tbt_mean, batch, slot) <= t.epsilon)
+        own = own_service(curves, rate, grid, tbt_mean, t.batch, grids)
+        return fits & (queue_tail(grid, t.ttft_slo - tbt_mean, batch, slot, own=own) <= t.epsilon)
 
     return bisect_rate(ok, t.rate, levels)
 
@@ -738,7 +883,8 @@ def _predict_colocated(t: UseTable, curves: Curves, rate: np.ndarray) -> tuple[n
     hold = prefill_mean + t.steps * tbt_mean / (1.0 - stall)
     slots = t.batch.astype(np.int64)
     slot, batch = _colocated_waits(t, curves, rate, grid, n, hold, slots)
+    own = own_service(curves, rate, grid, tbt_mean, t.batch)
     upper = 20.0 * (t.ttft_slo + t.ttft_q) + 1e3
-    ttft = bisect_limit(lambda lim: queue_tail(grid, lim - tbt_mean, batch, slot), t.epsilon, upper)
+    ttft = bisect_limit(lambda lim: queue_tail(grid, lim - tbt_mean, batch, slot, own=own), t.epsilon, upper)
     overloaded = rate * hold / 1e3 >= slots
     return np.where(overloaded, np.nan, ttft), np.where(overloaded, np.nan, t.tbt_q / (1.0 - stall))

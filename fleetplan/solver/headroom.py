@@ -149,7 +149,8 @@ def headroom_levels(
     """Give every use its admissible utilization `rho` and NIC cap `nic_rho`, and expand pools into levels.
 
     flat: rho = max_utilization everywhere (NICs too). queueing: per use from capacity.py, capped by
-    max_utilization when given, rounded down to LEVEL_STEP. A pool shared by classes runs at one load,
+    max_utilization when given, rounded down to LEVEL_STEP for its level (a decode level then runs at the
+    least refined load among its classes, capacity.REFINE). A pool shared by classes runs at one load,
     so a pool of level L may carry a class only if that class's rho >= L: every use is repeated in each
     level of its pool up to its own rho, and the pool identity includes the level.
     """
@@ -167,9 +168,13 @@ def headroom_levels(
     levels = uses[[*base, "use_rho"]].drop_duplicates().rename(columns={"use_rho": "rho"})
     expanded = uses.merge(levels, on=base)
     expanded = expanded[expanded["use_rho"] >= expanded["rho"] - 1e-9]
-    # a level's NIC cap is the tightest of the classes it carries
-    expanded["nic_rho"] = expanded.groupby([*base, "rho"])["nic_rho"].transform("min")
-    return expanded.drop(columns="use_rho").reset_index(drop=True)
+    # a level's headroom and NIC cap are the tightest of the classes it carries: its headroom is the least
+    # admissible utilization (use_fine) among them, at or above the level's grid point (above it only for
+    # decode levels, whose loads capacity.py refines below the grid)
+    level = expanded.groupby([*base, "rho"])
+    expanded["nic_rho"] = level["nic_rho"].transform("min")
+    expanded["rho"] = level["use_fine"].transform("min")
+    return expanded.drop(columns=["use_rho", "use_fine"]).reset_index(drop=True)
 
 
 # A pool shape is also offered as pools that carry only its shorter classes (mix_groups): at most this many
@@ -240,7 +245,8 @@ def _cuts(frame: pd.DataFrame, shape: list[str]) -> pd.DataFrame:
 def admissible_loads(
     uses: pd.DataFrame, classes: pd.DataFrame, book: "CurveBook", options: Options
 ) -> pd.DataFrame:
-    """The queueing model's admissible utilization (`use_rho`, on the LEVEL_STEP grid), NIC cap and KV
+    """The queueing model's admissible utilization (`use_rho`, on the LEVEL_STEP grid; `use_fine`, a decode
+    use's to 1 / 160 of it, capacity.REFINE), NIC cap and KV
     reserve of every use; uses below RHO_MIN or whose NICs would throttle their pool are dropped.
 
     A prefill use's level is the slowest decode tier its KV can reach within the SLO (flow_tiers), and its
@@ -254,7 +260,7 @@ def admissible_loads(
     return uses[uses.pop("admitted").to_numpy()].reset_index(drop=True)
 
 
-ADMITTED = ["kv_slack_ms", "nic_u", "use_rho", "nic_rho", "admitted"]
+ADMITTED = ["kv_slack_ms", "nic_u", "use_rho", "use_fine", "nic_rho", "admitted"]
 
 
 def _admit(
@@ -264,7 +270,8 @@ def _admit(
     options: Options,
     rows: np.ndarray | None = None,
 ) -> pd.DataFrame:
-    """`uses` with use_rho, nic_rho, nic_u, kv_slack_ms and `admitted` (use_rho >= RHO_MIN, NICs usable).
+    """`uses` with use_rho, use_fine, nic_rho, nic_u, kv_slack_ms and `admitted` (use_rho >= RHO_MIN, NICs
+    usable).
 
     `rows`: evaluate only those (prefill uses moved to a faster tier; the others keep their values). Their
     FIFO shares are taken over every use; a decode use's KV reserve (its class's smallest prefill reserve)
@@ -273,11 +280,12 @@ def _admit(
     if rows is not None:
         table, curves = capacity.take_rows(table, rows), capacity.take_rows(curves, rows)
     t = capacity.with_kv_reserve(table, curves)
-    rho = _on_grid(capacity.rates(t, curves, capacity.LEVELS) / t.rate, options)
+    fine = _capped(capacity.rates(t, curves, capacity.LEVELS) / t.rate, options)
+    rho = _on_grid(fine)
     nic, usable = capacity.nic_caps(t)
     if options.max_utilization is not None:
         nic = np.minimum(nic, options.max_utilization)
-    values = [t.kv_slack_ms, t.nic_u, rho, nic, (rho >= capacity.RHO_MIN) & usable]
+    values = [t.kv_slack_ms, t.nic_u, rho, fine, nic, (rho >= capacity.RHO_MIN) & usable]
     if rows is None:
         return uses.assign(**dict(zip(ADMITTED, values, strict=True)))
     uses = uses.copy()
@@ -367,18 +375,23 @@ def _use_arrays(cand: "Candidates") -> tuple:
 
 
 def pooled_rho(cand: "Candidates", rows: np.ndarray, servers: np.ndarray) -> np.ndarray:
-    """The admissible utilization of the uses at positions `rows` of cand.uses (on the LEVEL_STEP grid,
-    capped by max_utilization) when each one's pool runs `servers` instances behind join-shortest-queue and
-    carries exactly these uses (`pool_queues`), at the NIC utilization the MILP planned for them. Only the
-    waits for a prefill batch and for a decode slot pool over the instances (capacity.pooled_wait_prob,
-    slot_wait_prob, queue_stretch)."""
+    """The admissible utilization of the uses at positions `rows` of cand.uses (on the LEVEL_STEP grid, a
+    decode use's to 1 / 160 of it, capped by max_utilization) when each one's pool runs `servers` instances
+    behind join-shortest-queue and carries exactly these uses (`pool_queues`), at the NIC utilization the
+    MILP planned for them. Only the waits for a prefill batch and for a decode slot pool over the instances
+    (capacity.pooled_wait_prob, slot_wait_prob, queue_stretch)."""
     t, curves = pool_queues(cand, rows, servers)
-    return _on_grid(capacity.rates(t, curves, capacity.LEVELS) / t.rate, cand.request.options)
+    return _capped(capacity.rates(t, curves, capacity.LEVELS) / t.rate, cand.request.options)
 
 
-def _on_grid(rho: np.ndarray, options: Options) -> np.ndarray:
-    """Admissible utilizations clipped to [0, 1], capped by max_utilization, rounded down to LEVEL_STEP."""
+def _capped(rho: np.ndarray, options: Options) -> np.ndarray:
+    """Admissible utilizations clipped to [0, 1] and capped by max_utilization."""
     rho = np.clip(rho, 0.0, 1.0)
     if options.max_utilization is not None:
         rho = np.minimum(rho, options.max_utilization)
+    return rho
+
+
+def _on_grid(rho: np.ndarray) -> np.ndarray:
+    """Admissible utilizations rounded down to LEVEL_STEP: a use's pool level."""
     return np.floor(rho / LEVEL_STEP + 1e-9) * LEVEL_STEP
