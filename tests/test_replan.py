@@ -236,7 +236,12 @@ def _check_table(text: str, run: dict, rates: dict[str, float], busier: str, fac
     assert "forecast (constant, 24 h, q0.95)" in text.splitlines()
     forecast = {r.split()[0]: [float(v) for v in r.split()[1:]] for r in tables["class fleet_rps"]}
     assert forecast[busier] == pytest.approx([rates[busier], factor * rates[busier], factor * rates[busier]])
-    assert "gate: passed on 1 seed(s) of 120 s" in text.splitlines()
+    lines = text.splitlines()
+    assert "gate: passed on 1 seed(s) of 120 s" in lines
+    # mistral-long, 2 RPS over 110 measured seconds: ~22 requests beyond its p90 (gate.THIN_TAIL is 50)
+    note = lines[lines.index("gate: passed on 1 seed(s) of 120 s") + 1]
+    assert note.startswith("gate: short window: ")
+    assert "mistral-long" in note
 
 
 def test_cli_replan_of_the_paper_fleet_with_an_azure_trace(tmp_path):
@@ -315,3 +320,49 @@ def test_profiles_null_takes_the_newest_set_that_covers_the_fleet(tmp_path):
     assert newest_profiles(newer_fleet, store) == ProfilesSpec(set="newer")
     inline = tiny_request()
     assert newest_profiles(inline, store) is inline.profiles
+
+
+def test_gate_names_the_classes_whose_percentile_rests_on_few_requests():
+    """A gate window too short to judge a percentile is said, not hidden: `thin` names every served class
+    with fewer than THIN_TAIL measured requests beyond its percentile, counted from the simulator's own
+    report of the same seed; the contract's 600 s leaves none of paper.json's classes thin, a 20 s
+    window leaves some, and a failure's text then says on how many requests it rests."""
+    from fleetplan.models.store import GateReport, GateSeed, GateSpec
+    from fleetplan.replan import gate
+    from fleetplan.simulator import simulate
+    from fleetplan.solver.pipeline import plan, resolve_profiles
+
+    request = read_request(fixtures.request_path("paper"))
+    table = resolve_profiles(request)
+    answer = plan(request, with_baselines=False)
+    served = {w.name for w in answer.workloads if w.served_rps > gate.SERVED_MIN_RPS}
+    for duration, warmup in ((20.0, 5.0), (600.0, 60.0)):
+        report = gate.run_gate(
+            request, answer, table, GateSpec(seeds=1, duration_s=duration, warmup_s=warmup)
+        )
+        sim = simulate(request, answer, table, duration_s=duration, warmup_s=warmup, seed=0)
+        expected = [
+            c.name for c in sim.classes if c.name in served and (1 - c.slo_percentile / 100) * c.arrivals < 50
+        ]
+        assert report.seeds[0].thin == expected
+        if duration == 600.0:
+            assert expected == []
+        else:
+            assert "mistral-long" in expected  # 1.9 RPS over 15 s: ~3 requests beyond its p90
+            few = next(c for c in sim.classes if c.name == "mistral-long")
+            assert f"; on {round(0.1 * few.arrivals)} requests beyond p90)" in gate._failure(few)
+    note = gate.thin_note(
+        GateReport(
+            simulated=True,
+            passed=True,
+            duration_s=20.0,
+            seeds=[
+                GateSeed(seed=0, passed=True, failing=[], thin=["b", "a"]),
+                GateSeed(seed=1, passed=True, failing=[], thin=["a"]),
+            ],
+        )
+    )
+    assert note is not None
+    assert "2 class(es)" in note
+    assert "(a, b)" in note
+    assert gate.thin_note(GateReport(simulated=True, passed=True, duration_s=600.0, seeds=[])) is None

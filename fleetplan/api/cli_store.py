@@ -83,7 +83,10 @@ def _is_number(value: Any) -> bool:
 
 
 def render_run(run: "Run") -> str:
-    """The RUN as text: status and reason, then the diff's pools, devices, totals and classes."""
+    """The RUN as text: status and reason, then the diff's pools, devices, totals and classes, the forecast
+    and the gate (with a note when its window was short for some class: gate.thin_note)."""
+    from fleetplan.replan.gate import thin_note
+
     lines = [
         f"run {run.id} of fleet {run.fleet}: {run.status.upper()}" + (" (dry run)" if run.dry_run else "")
     ]
@@ -126,6 +129,9 @@ def render_run(run: "Run") -> str:
     if run.gate is not None and run.gate.simulated:
         verdict = "passed" if run.gate.passed else "FAILED"
         lines += ["", f"gate: {verdict} on {len(run.gate.seeds)} seed(s) of {run.gate.duration_s:g} s"]
+        note = thin_note(run.gate)
+        if note is not None:
+            lines.append(note)
     return "\n".join(lines)
 
 

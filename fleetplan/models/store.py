@@ -166,9 +166,15 @@ class ForecastReport(Base):
 
 
 class GateSeed(Base):
+    """One seed's verdict: `failing` describes each served class that broke its SLO; `thin` names each served
+    class whose percentile rested on fewer than `fleetplan.replan.gate.THIN_TAIL` (50) measured requests
+    beyond it, whose verdict, passed or failed, is then mostly the window's noise (docs/simulation.md, "How
+    long a gate must simulate")."""
+
     seed: int
     passed: bool
     failing: list[str]
+    thin: list[str] = []
 
 
 class GateReport(Base):
