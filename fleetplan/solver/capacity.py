@@ -12,9 +12,10 @@ class's SLO still holds at its percentile q, with the waits included:
   batch is the next batch); the instance is busy U = lambda E[S(n*)] / n*. Seen as an M/G/1 queue of
   batches, a request waits with probability U, and then N >= 1 residual batch times, N geometric of mean
   1 / (1 - rho_b) (`QueueWait`, `queue_tail`): at b = 1 exactly the M/G/1 waiting time (Benes), computed
-  by FFT on the TTFT window; for b > 1 the residual is taken as memoryless (zero-or-exponential of mean
-  r_b / (1 - rho_b), r_b = E[S^2] / (2 E[S])). TTFT = W + S + t_kv + W_kv must stay <= slo.ttft_ms with
-  probability q.
+  by FFT on the TTFT window; for b > 1 the smaller tail of two forms: the residual taken as memoryless
+  (zero-or-exponential of mean r_b / (1 - rho_b), r_b = E[S^2] / (2 E[S])) and, for one instance, the
+  bulk-service queue's own wait (fleetplan/solver/bulk.py: an embedded Markov chain at batch starts).
+  TTFT = W + S + t_kv + W_kv must stay <= slo.ttft_ms with probability q.
 - decode: an instance has b slots held for (o - 1) steps of TBT(b): an M/G/b queue; a request waits for a
   slot with the Erlang C probability C(b, a) and then an exponential time of rate (b - a) / H. The wait
   stretches its mean inter-token gap: TPOT = TBT + W / (o - 1) <= slo.tbt_ms with probability q.
@@ -40,6 +41,7 @@ import numpy as np
 from scipy.special import gammaln, ndtr
 
 from fleetplan.profiler.latency import quantile_ms, quantile_params_array
+from fleetplan.solver import bulk
 
 KV_SHARE = 0.25  # of the TTFT slack, reserved for the mean waits of the KV transfer queues
 # The KV reserve is shared in equal parts by the FIFO servers a transfer crosses: its source and destination
@@ -71,6 +73,10 @@ _W = _W / _W.sum()  # probability mass of each grid point (bins between midpoint
 _Z_TAIL = _Z[::4]
 _W_TAIL = ndtr(np.append(_Z_TAIL[1:], np.inf) - 0.25) - ndtr(np.insert(_Z_TAIL[:-1], 0, -np.inf) + 0.25)
 _W_TAIL = _W_TAIL / _W_TAIL.sum()
+# every eighth (z = -5..5 by 1): the bulk-service chain's service grid (bulk_state)
+_Z_BULK = _Z[::8]
+_W_BULK = ndtr(np.append(_Z_BULK[1:], np.inf) - 0.5) - ndtr(np.insert(_Z_BULK[:-1], 0, -np.inf) + 0.5)
+_W_BULK = _W_BULK / _W_BULK.sum()
 
 
 @dataclass(frozen=True)
@@ -332,13 +338,20 @@ def erlang_c(servers: np.ndarray, load: np.ndarray) -> np.ndarray:
     return np.clip(blocking / (1.0 - rho * (1.0 - blocking)), 0.0, 1.0)
 
 
-def bisect_rate(feasible, upper: np.ndarray, levels: int | None = None, refine: int = 0) -> np.ndarray:
+def bisect_rate(
+    feasible, upper: np.ndarray, levels: int | None = None, refine: int = 0, probe: bool = False
+) -> np.ndarray:
     """The largest rate in (0, upper) where `feasible(rate)` holds, elementwise (feasible is monotone).
 
     With `levels`, only the grid k / levels x upper (k = 0..levels) is searched: the largest feasible grid
     point (0 if none), exactly what rounding the continuous answer down to that grid gives; then `refine`
     halvings of the cell above it: the answer rounded down to 1 / (levels 2^refine) of upper, never below
-    the grid point (so flooring it to the grid gives the grid point back)."""
+    the grid point (so flooring it to the grid gives the grid point back). `probe` (with `levels`): only
+    whether the lowest grid point is feasible, that point or 0 (what decides whether a use is admitted at
+    all, in one evaluation instead of a search)."""
+    if levels is not None and probe:
+        lowest = upper / levels
+        return np.where(feasible(lowest), lowest, 0.0)
     if levels is not None:
         return _bisect_grid(feasible, upper, levels, refine)
     lo, hi = np.zeros_like(upper), upper.copy()
@@ -462,24 +475,76 @@ def prefill_tail(
     memo=None,
     grids=None,
     mixture=True,
+    epsilon=None,
 ):
-    """P(TTFT > limit) for one prefill instance at `rate` requests/s (batch-as-job M/G/1), with the KV
-    queueing wait `kv` = (probability, conditional mean) added where the KV cache moves. `memo` as
-    `queue_tail`'s, `grids` as `own_service`'s; `mixture` false: the request's own batch at the mean
-    occupancy (no `own_service`)."""
+    """P(TTFT > limit) for one prefill instance at `rate` requests/s (batch-as-job M/G/1; with b > 1 also
+    the bulk-service queue, `bulk_state`), with the KV queueing wait `kv` = (probability, conditional
+    mean) added where the KV cache moves. `memo` as `queue_tail`'s, `grids` as `own_service`'s; `mixture`
+    false: the request's own batch at the mean occupancy (no `own_service`) and the b > 1 wait in its
+    memoryless form alone (nic_utilization's trials, which only rank alternatives). With `epsilon`, the
+    bulk-service chain runs only where the memoryless form's tail exceeds it (the smaller tail counts)."""
     state = prefill_state(rate, curves, batch, share, full_mean, servers, grids, mixture)
-    return prefill_tail_at(state, limit_ms, kv, memo)
+    out = prefill_tail_at(state, limit_ms, kv, memo)
+    if not mixture:
+        return out
+    rows = np.asarray(batch) > 1
+    if epsilon is not None:
+        rows &= out > epsilon
+    if rows.any():
+        chain = bulk_state(rate, curves, batch, share, limit_ms, grids, rows)
+        out = np.minimum(out, chain_tail(state, chain, limit_ms, kv, out))
+    return out
 
 
 def prefill_state(
-    rate, curves, batch, share=1.0, full_mean=None, servers=None, grids=None, mixture=True
+    rate, curves, batch, share=1.0, full_mean=None, servers=None, grids=None, mixture=True, horizon=None
 ) -> tuple:
     """What the TTFT tail of a prefill instance at `rate` needs and the limit does not change: the service
-    grid at the batch occupancy n* and the wait for the batches ahead (`batch_wait`)."""
+    grid at the batch occupancy n*, the wait for the batches ahead (`batch_wait`), the request's own
+    batch (`own_service`) and, with a `horizon` (ms: the longest TTFT of interest), the bulk-service wait
+    of the uses with b > 1 (`bulk_state`)."""
     n = batch_fixed_point(rate, curves, batch, np.zeros_like(rate))
     grid = service_grid(curves.at("ttft", n))
     own = own_service(curves, rate, grid, 0.0, batch, grids) if mixture else None
-    return grid, batch_wait(rate, curves, batch, n, grid, share, full_mean, servers), own
+    wait = batch_wait(rate, curves, batch, n, grid, share, full_mean, servers)
+    chain = None if horizon is None else bulk_state(rate, curves, batch, share, horizon, grids)
+    return grid, wait, own, chain
+
+
+def bulk_state(rate, curves, batch, share, horizon, memo=None, rows=None) -> list | None:
+    """The bulk-service wait (fleetplan/solver/bulk.py) of the uses with b > 1 (of `rows`, a mask, when
+    given), per batch size: a list of (rows, BulkWait, Window), the window [0, horizon] in WAIT_CELLS
+    cells; None where none batches. `memo` keeps each batch size's service grids across the rates of one
+    bisection (`_bulk_grid`)."""
+    batch = np.asarray(batch)
+    chosen = batch > 1 if rows is None else (batch > 1) & rows
+    multi = np.flatnonzero(chosen)
+    if not len(multi):
+        return None
+    rate = np.broadcast_to(np.asarray(rate, dtype=float), batch.shape)
+    share = np.broadcast_to(np.asarray(share, dtype=float), batch.shape)
+    horizon = np.broadcast_to(np.asarray(horizon, dtype=float), batch.shape)
+    out = []
+    for b in np.unique(batch[multi]).astype(int):
+        at = multi[batch[multi] == b]
+        service = np.stack(
+            [np.zeros((len(at), len(_Z_BULK)))] + [_bulk_grid(curves, k, memo)[at] for k in range(1, b + 1)],
+            axis=1,
+        )
+        window = bulk.Window(np.maximum(horizon[at], 1e-9) / WAIT_CELLS, WAIT_CELLS, _DAMP, FFT_LENGTH)
+        out.append((at, bulk.wait_pmf(rate[at] / 1e3, service, _W_BULK, b, share[at], window), window))
+    return out
+
+
+def _bulk_grid(curves, k: int, memo: dict | None) -> np.ndarray:
+    """The prefill service of a batch of k on _Z_BULK for every use of `curves` (kept in `memo` per k)."""
+    key = ("bulk", k)
+    if memo is not None and key in memo:
+        return memo[key]
+    grid = service_grid(curves.at("ttft", np.full(len(curves.batches), float(k))), _Z_BULK)
+    if memo is not None:
+        memo[key] = grid
+    return grid
 
 
 def own_service(curves, rate, grid, extra_ms, batch, memo=None) -> tuple | None:
@@ -533,13 +598,60 @@ def _sized_grid(curves, multi: np.ndarray, sizes: np.ndarray, z: np.ndarray, mem
 
 def prefill_tail_at(state: tuple, limit_ms, kv=None, memo=None) -> np.ndarray:
     """P(TTFT > limit) from a `prefill_state` (1 where the batches overload the instance); `memo` as
-    `queue_tail`'s."""
-    grid, wait, own = state
-    return queue_tail(grid, limit_ms, wait, kv, memo, own)
+    `queue_tail`'s. Uses with b > 1 that the state's bulk-service chain covers take the smaller of its
+    tail (`chain_tail`) and the memoryless form's."""
+    grid, wait, own, chain = state
+    limit = np.broadcast_to(np.asarray(limit_ms, dtype=float), (len(grid),))
+    out = queue_tail(grid, limit, wait, kv, memo, own)
+    return out if chain is None else np.minimum(out, chain_tail(state, chain, limit, kv, out))
+
+
+def chain_tail(state: tuple, chain: list | None, limit_ms, kv, otherwise: np.ndarray) -> np.ndarray:
+    """`otherwise` with the rows of `chain` (bulk_state) that it covers replaced by their bulk-service tail
+    (`bulk_tail`): the request's own prefill from the state's `own_service` (its grid where there is no
+    mixture)."""
+    grid, _, own, _ = state
+    limit = np.broadcast_to(np.asarray(limit_ms, dtype=float), (len(grid),))
+    out = otherwise.copy()
+    for rows, wait_b, window in chain or ():
+        if own is not None:
+            at = np.searchsorted(own[0], rows)
+            service, weights = own[1][at], own[2][at]
+        else:
+            service, weights = grid[rows], np.broadcast_to(_W, grid[rows].shape)
+        v = None if kv is None else (kv[0][rows], kv[1][rows])
+        exact = bulk_tail(wait_b, window, limit[rows], v, service, weights)
+        out[rows] = np.where(wait_b.covered, exact, out[rows])
+    return out
+
+
+def bulk_tail(wait: bulk.BulkWait, window: bulk.Window, limit, kv, service, weights) -> np.ndarray:
+    """P(W + S + V > limit): W the bulk-service wait (its transform on `window`), S the request's own
+    prefill (`service` with per-row `weights`), V the KV waits (zero-or-exponential, or None). Every mass
+    at its cell's upper end; what falls beyond the window fails."""
+    transform = wait.transform
+    if kv is not None:
+        transform = transform * np.fft.rfft(_exponential_pmf(kv[0], kv[1], window.cell) * _DAMP, FFT_LENGTH)
+    pmf = np.fft.irfft(transform, FFT_LENGTH)[:, : WAIT_CELLS + 1] / _DAMP
+    cdf = np.clip(np.cumsum(pmf, axis=1), 0.0, 1.0)
+    room = limit[:, None] - service
+    at = np.clip(np.floor(room / window.cell[:, None]), 0, WAIT_CELLS).astype(np.int64)
+    within = (np.where(room >= 0, np.take_along_axis(cdf, at, axis=1), 0.0) * weights).sum(axis=1)
+    return np.clip(1.0 - within, 0.0, 1.0)
 
 
 def prefill_admissible(
-    curves, batch, limit_ms, epsilon, full_rate, kv=None, share=1.0, levels=None, servers=None, mixture=True
+    curves,
+    batch,
+    limit_ms,
+    epsilon,
+    full_rate,
+    kv=None,
+    share=1.0,
+    levels=None,
+    servers=None,
+    mixture=True,
+    probe=False,
 ):
     """Largest per-instance rate (requests/s) keeping P(TTFT > limit) <= epsilon (on the grid k / levels
     of full_rate when `levels` is given). `mixture` as prefill_tail's: false only where the rate ranks
@@ -551,11 +663,11 @@ def prefill_admissible(
 
     def ok(rate):
         tail_ = prefill_tail(
-            rate, curves, batch, limit_ms, kv, share, full_mean, servers, memo, grids, mixture
+            rate, curves, batch, limit_ms, kv, share, full_mean, servers, memo, grids, mixture, epsilon
         )
         return tail_ <= epsilon
 
-    return bisect_rate(ok, full_rate, levels)
+    return bisect_rate(ok, full_rate, levels, probe=probe)
 
 
 # --- decode -----------------------------------------------------------------------------------------------
@@ -676,14 +788,15 @@ def nic_utilization(t: UseTable, curves: Curves) -> np.ndarray:
     return out
 
 
-def rates(t: UseTable, curves: Curves, levels: int | None = None) -> np.ndarray:
+def rates(t: UseTable, curves: Curves, levels: int | None = None, probe: bool = False) -> np.ndarray:
     """Admissible requests/s per instance for every use (the SLO percentile holds with the waits); with
-    `levels`, the largest such rate on the grid k / levels of the full-batch rate (`bisect_rate`)."""
+    `levels`, the largest such rate on the grid k / levels of the full-batch rate (`bisect_rate`); with
+    `probe` too, only the lowest grid point where it is admissible (else 0)."""
     out = np.zeros(len(t.rate))
     for role, fn in (("prefill", _prefill_rates), ("decode", _decode_rates), ("colocated", _colocated_rates)):
         mask = t.role == role
         if mask.any():
-            out[mask] = fn(take_rows(t, mask), take_rows(curves, mask), levels)
+            out[mask] = fn(take_rows(t, mask), take_rows(curves, mask), levels, probe)
     return out
 
 
@@ -705,15 +818,17 @@ def link_reserve(t: UseTable) -> np.ndarray:
     return np.where(t.t_kv > 0, _links(t) * t.kv_slack_ms / kv_servers(t), 0.0)
 
 
-def _prefill_rates(t: UseTable, curves: Curves, levels: int | None) -> np.ndarray:
+def _prefill_rates(t: UseTable, curves: Curves, levels: int | None, probe: bool = False) -> np.ndarray:
     # the KV cache crosses the two NICs at their caps: those waits join the TTFT tail; a link budget's
     # share of the reserve is taken off the limit
     limit = t.ttft_slo - t.t_kv - link_reserve(t)
     kv = kv_wait(t)
-    return prefill_admissible(curves, t.batch, limit, t.epsilon, t.rate, kv, t.share, levels, t.servers)
+    return prefill_admissible(
+        curves, t.batch, limit, t.epsilon, t.rate, kv, t.share, levels, t.servers, probe=probe
+    )
 
 
-def _decode_rates(t: UseTable, curves: Curves, levels: int | None) -> np.ndarray:
+def _decode_rates(t: UseTable, curves: Curves, levels: int | None, probe: bool = False) -> np.ndarray:
     tbt_grid = service_grid(curves.at("tbt", t.batch))
     mean, _ = moments(tbt_grid)
     steps = np.maximum(t.steps, 1.0)
@@ -723,10 +838,10 @@ def _decode_rates(t: UseTable, curves: Curves, levels: int | None) -> np.ndarray
     def ok(rate):
         return decode_tail(rate, tbt_grid, hold, slots, steps, t.tbt_slo, t.share, t.servers) <= t.epsilon
 
-    return np.where(t.steps > 0, bisect_rate(ok, t.rate, levels, REFINE), t.rate)
+    return np.where(t.steps > 0, bisect_rate(ok, t.rate, levels, REFINE, probe), t.rate)
 
 
-def _colocated_rates(t: UseTable, curves: Curves, levels: int | None) -> np.ndarray:
+def _colocated_rates(t: UseTable, curves: Curves, levels: int | None, probe: bool = False) -> np.ndarray:
     """Both percentiles: TPOT = TBT / (1 - u_p) (prefill stalls) and TTFT = slot wait + step + prefill."""
     tbt_mean, _ = moments(service_grid(curves.at("tbt", t.batch)))
     stall_cap = np.clip(1.0 - t.tbt_q / t.tbt_slo, 0.0, 1.0)  # largest prefill share of the instance's time
@@ -747,7 +862,7 @@ def _colocated_rates(t: UseTable, curves: Curves, levels: int | None) -> np.ndar
         own = own_service(curves, rate, grid, tbt_mean, t.batch, grids)
         return fits & (queue_tail(grid, t.ttft_slo - tbt_mean, batch, slot, own=own) <= t.epsilon)
 
-    return bisect_rate(ok, t.rate, levels)
+    return bisect_rate(ok, t.rate, levels, probe=probe)
 
 
 def _colocated_waits(t: UseTable, curves, rate, grid, n, hold, slots, full_mean=None) -> tuple:
@@ -855,7 +970,9 @@ def predict(t: UseTable, curves: Curves, rate: np.ndarray) -> tuple[np.ndarray, 
     pre = t.role == "prefill"
     if pre.any():
         s, c = take_rows(t, pre), take_rows(curves, pre)
-        kv, state = kv_wait(s), prefill_state(rate[pre], c, s.batch, s.share, servers=s.servers)
+        horizon = 2.0 * s.ttft_slo + s.ttft_q  # the bulk-service chain's reach (beyond it: memoryless)
+        kv = kv_wait(s)
+        state = prefill_state(rate[pre], c, s.batch, s.share, servers=s.servers, horizon=horizon)
         ttft[pre] = bisect_limit(lambda lim: prefill_tail_at(state, lim, kv), s.epsilon, upper[pre])
     dec = (t.role == "decode") & (t.steps > 0)
     if dec.any():

@@ -160,7 +160,7 @@ def headroom_levels(
         # v1: NIC rows not derated, one mix per shape
         return uses.assign(rho=rho, nic_rho=1.0, kv_slack_ms=0.0, nic_u=0.0, mix=0)
     uses = mix_groups(uses, classes)
-    uses = admissible_loads(uses, classes, book, options)
+    uses = admissible_loads(uses, classes, book, options, survival=True)
     # once more over the uses that remain: a class that can never use a pool shape (its SLO is out of
     # reach there) no longer lengthens the FIFO waits (share, kv_share) of those that can
     uses = useful_mixes(admissible_loads(uses, classes, book, options))
@@ -243,7 +243,7 @@ def _cuts(frame: pd.DataFrame, shape: list[str]) -> pd.DataFrame:
 
 
 def admissible_loads(
-    uses: pd.DataFrame, classes: pd.DataFrame, book: "CurveBook", options: Options
+    uses: pd.DataFrame, classes: pd.DataFrame, book: "CurveBook", options: Options, survival: bool = False
 ) -> pd.DataFrame:
     """The queueing model's admissible utilization (`use_rho`, on the LEVEL_STEP grid; `use_fine`, a decode
     use's to 1 / 160 of it, capacity.REFINE), NIC cap and KV
@@ -252,11 +252,15 @@ def admissible_loads(
     A prefill use's level is the slowest decode tier its KV can reach within the SLO (flow_tiers), and its
     KV queues are sized by that slowest transfer. One admitted nothing there falls back to the next faster
     tier (`_faster_tier`), one tier at a time, until it is admitted or has none left: a class whose long
-    transfers to slow decoders leave no TTFT room may still prefill for the fast ones."""
-    uses = _admit(uses.reset_index(drop=True), classes, book, options)
+    transfers to slow decoders leave no TTFT room may still prefill for the fast ones.
+
+    `survival`: only which uses are admitted at all (and their tiers), each tried at the lowest level
+    (`capacity.bisect_rate`'s probe: one evaluation instead of a search); use_rho and use_fine are then that
+    level or 0. headroom_levels' first pass, which only decides which uses the FIFO shares count."""
+    uses = _admit(uses.reset_index(drop=True), classes, book, options, survival=survival)
     while (lowered := _faster_tier(uses)) is not None:
         uses, moved = lowered
-        uses = _admit(uses, classes, book, options, moved)
+        uses = _admit(uses, classes, book, options, moved, survival)
     return uses[uses.pop("admitted").to_numpy()].reset_index(drop=True)
 
 
@@ -269,9 +273,10 @@ def _admit(
     book: "CurveBook",
     options: Options,
     rows: np.ndarray | None = None,
+    survival: bool = False,
 ) -> pd.DataFrame:
     """`uses` with use_rho, use_fine, nic_rho, nic_u, kv_slack_ms and `admitted` (use_rho >= RHO_MIN, NICs
-    usable).
+    usable); `survival` as admissible_loads'.
 
     `rows`: evaluate only those (prefill uses moved to a faster tier; the others keep their values). Their
     FIFO shares are taken over every use; a decode use's KV reserve (its class's smallest prefill reserve)
@@ -280,7 +285,7 @@ def _admit(
     if rows is not None:
         table, curves = capacity.take_rows(table, rows), capacity.take_rows(curves, rows)
     t = capacity.with_kv_reserve(table, curves)
-    fine = _capped(capacity.rates(t, curves, capacity.LEVELS) / t.rate, options)
+    fine = _capped(capacity.rates(t, curves, capacity.LEVELS, survival) / t.rate, options)
     rho = _on_grid(fine)
     nic, usable = capacity.nic_caps(t)
     if options.max_utilization is not None:
