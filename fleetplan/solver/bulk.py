@@ -14,9 +14,9 @@ its own. `wait_pmf` returns that wait's distribution on a window of cells.
 Exact for one instance up to roundings that err long: the time into the batch is taken in BULK_T cells
 with the residual at each cell's upper end, every mass sits at its window cell's upper end, the law of M
 is read off a grid of MU_POINTS Poisson means (linear between them), and M beyond what fits the window
-(AHEAD_SLACK times the full batches that fit it at their mean) counts as waiting past it. The chain is
-truncated at a queue length past that; rows whose chain holds more than TRUNCATION_MASS in its top states
-(or that need more than QUEUE_MAX states) are reported as not covered.
+(AHEAD_SLACK times the full batches that fit it at their mean, at most AHEAD_CAP) counts as waiting past
+it. The chain is truncated at a queue length past that; rows whose chain holds more than TRUNCATION_MASS in
+its top states (or that need more than QUEUE_MAX states) are reported as not covered.
 """
 
 from dataclasses import dataclass
