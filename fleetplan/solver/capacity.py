@@ -38,7 +38,7 @@ import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.special import gammaln, ndtr
+from scipy.special import ndtr
 
 from fleetplan.profiler.latency import quantile_ms, quantile_params_array
 from fleetplan.solver import bulk
@@ -263,10 +263,30 @@ def _window(grid, limit, scale, other) -> tuple:
     whether it is >= 0."""
     cell = np.maximum(limit, 1e-9) / WAIT_CELLS
     residual = np.fft.rfft(residual_pmf(grid, scale, cell) * _DAMP, FFT_LENGTH)
-    v = None if other is None else np.fft.rfft(_exponential_pmf(*other, cell) * _DAMP, FFT_LENGTH)
-    room = limit[:, None] - grid
-    at = np.clip(np.floor(room / cell[:, None]), 0, WAIT_CELLS).astype(np.int64)
-    return residual, v, at, room >= 0
+    v = None if other is None else _exponential_transform(*other, cell)
+    return (residual, v, *_room_cells(limit, grid, cell))
+
+
+def _exponential_transform(prob: np.ndarray, mean: np.ndarray, cell: np.ndarray) -> np.ndarray:
+    """The damped transform of a zero-or-exponential wait on the window's cells (`_exponential_pmf`)."""
+    return np.fft.rfft(_exponential_pmf(prob, mean, cell) * _DAMP, FFT_LENGTH)
+
+
+def _room_cells(limit: np.ndarray, service: np.ndarray, cell: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For each service grid point s: the window cell where limit - s falls (floored: conservative, as the
+    masses are rounded up) and whether limit - s >= 0."""
+    room = limit[:, None] - service
+    return np.clip(np.floor(room / cell[:, None]), 0, WAIT_CELLS).astype(np.int64), room >= 0
+
+
+def _beyond(transform: np.ndarray, at: np.ndarray, inside: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    """P(S + X > limit) from X's damped transform on the window and S's grid (`_room_cells`), S's points
+    weighted by `weights`: the standard grid's (G,) or per row (n, G)."""
+    pmf = np.fft.irfft(transform, FFT_LENGTH)[:, : WAIT_CELLS + 1] / _DAMP
+    cdf = np.clip(np.cumsum(pmf, axis=1), 0.0, 1.0)
+    reached = np.where(inside, np.take_along_axis(cdf, at, axis=1), 0.0)
+    within = reached @ weights if weights.ndim == 1 else (reached * weights).sum(axis=1)
+    return np.clip(1.0 - within, 0.0, 1.0)
 
 
 def _compound_tail(window: tuple, rows: np.ndarray, prob: np.ndarray, stretch: np.ndarray) -> np.ndarray:
@@ -285,10 +305,7 @@ def _compound_tail(window: tuple, rows: np.ndarray, prob: np.ndarray, stretch: n
     transform += (1.0 - prob)[:, None]
     if v is not None:
         transform *= v
-    pmf = np.fft.irfft(transform, FFT_LENGTH)[:, : WAIT_CELLS + 1] / _DAMP
-    cdf = np.clip(np.cumsum(pmf, axis=1), 0.0, 1.0)
-    within = np.where(inside, np.take_along_axis(cdf, at, axis=1), 0.0) @ _W
-    return np.clip(1.0 - within, 0.0, 1.0)
+    return _beyond(transform, at, inside, _W)
 
 
 def _instances(servers: np.ndarray | None):
@@ -416,8 +433,7 @@ def own_batch(rate, mean_ms, extra_ms, batch) -> tuple[np.ndarray, np.ndarray]:
     )
     b = batch.astype(np.int64)
     k = np.arange(int(b.max(initial=1)) + 1)
-    m = np.maximum(rate * (mean_ms + extra_ms) / 1e3, 1e-12)
-    pmf = np.exp(k[None, :] * np.log(m)[:, None] - m[:, None] - gammaln(k + 1.0)[None, :])
+    pmf = bulk.poisson_pmf(np.maximum(rate * (mean_ms + extra_ms) / 1e3, 1e-12), len(k))
     cdf = np.cumsum(pmf, axis=1)
     rows = np.arange(len(b))
     p = np.where(k[None, :] < b[:, None], pmf, 0.0)
@@ -515,8 +531,9 @@ def bulk_state(rate, curves, batch, share, horizon, memo=None, rows=None) -> lis
     """The bulk-service wait (fleetplan/solver/bulk.py) of the uses with b > 1 (of `rows`, a mask, when
     given), per batch size: a list of (rows, BulkWait, Window), the window [0, horizon] in WAIT_CELLS
     cells; None where none batches. `memo` keeps each batch size's service grids across the rates of one
-    bisection (`_bulk_grid`)."""
+    bisection (`_sized_grid`, on the grid _Z_BULK)."""
     batch = np.asarray(batch)
+    batched = np.flatnonzero(batch > 1)  # the rows own_service's grids (and `memo`) are kept for
     chosen = batch > 1 if rows is None else (batch > 1) & rows
     multi = np.flatnonzero(chosen)
     if not len(multi):
@@ -527,24 +544,13 @@ def bulk_state(rate, curves, batch, share, horizon, memo=None, rows=None) -> lis
     out = []
     for b in np.unique(batch[multi]).astype(int):
         at = multi[batch[multi] == b]
-        service = np.stack(
-            [np.zeros((len(at), len(_Z_BULK)))] + [_bulk_grid(curves, k, memo)[at] for k in range(1, b + 1)],
-            axis=1,
-        )
+        pos = np.searchsorted(batched, at)
+        every = [np.full(len(batched), k) for k in range(1, b + 1)]
+        sized = [_sized_grid(curves, batched, k, _Z_BULK, memo)[pos] for k in every]
+        service = np.stack([np.zeros((len(at), len(_Z_BULK))), *sized], axis=1)
         window = bulk.Window(np.maximum(horizon[at], 1e-9) / WAIT_CELLS, WAIT_CELLS, _DAMP, FFT_LENGTH)
         out.append((at, bulk.wait_pmf(rate[at] / 1e3, service, _W_BULK, b, share[at], window), window))
     return out
-
-
-def _bulk_grid(curves, k: int, memo: dict | None) -> np.ndarray:
-    """The prefill service of a batch of k on _Z_BULK for every use of `curves` (kept in `memo` per k)."""
-    key = ("bulk", k)
-    if memo is not None and key in memo:
-        return memo[key]
-    grid = service_grid(curves.at("ttft", np.full(len(curves.batches), float(k))), _Z_BULK)
-    if memo is not None:
-        memo[key] = grid
-    return grid
 
 
 def own_service(curves, rate, grid, extra_ms, batch, memo=None) -> tuple | None:
@@ -582,8 +588,9 @@ def own_service(curves, rate, grid, extra_ms, batch, memo=None) -> tuple | None:
 
 def _sized_grid(curves, multi: np.ndarray, sizes: np.ndarray, z: np.ndarray, memo: dict | None) -> np.ndarray:
     """The service grids on quantiles `z` of the uses `multi` at whole batch sizes `sizes` (one per use).
-    With `memo` each size is computed once for every use of `multi` and kept (the rate moves a use's sizes
-    between evaluations, never the grid at a size); without it, each use at its own size."""
+    With `memo` each size is computed once for every use of `multi` and kept, per grid (`z`'s length:
+    81, 21 or 11 points) and size (the rate moves a use's sizes between evaluations, never the grid at a
+    size; every caller passes the uses with b > 1 as `multi`); without it, each use at its own size."""
     if memo is None:
         return service_grid(curves.at("ttft", sizes.astype(float), multi), z)
     out = np.empty((len(multi), len(z)))
@@ -631,13 +638,8 @@ def bulk_tail(wait: bulk.BulkWait, window: bulk.Window, limit, kv, service, weig
     at its cell's upper end; what falls beyond the window fails."""
     transform = wait.transform
     if kv is not None:
-        transform = transform * np.fft.rfft(_exponential_pmf(kv[0], kv[1], window.cell) * _DAMP, FFT_LENGTH)
-    pmf = np.fft.irfft(transform, FFT_LENGTH)[:, : WAIT_CELLS + 1] / _DAMP
-    cdf = np.clip(np.cumsum(pmf, axis=1), 0.0, 1.0)
-    room = limit[:, None] - service
-    at = np.clip(np.floor(room / window.cell[:, None]), 0, WAIT_CELLS).astype(np.int64)
-    within = (np.where(room >= 0, np.take_along_axis(cdf, at, axis=1), 0.0) * weights).sum(axis=1)
-    return np.clip(1.0 - within, 0.0, 1.0)
+        transform = transform * _exponential_transform(kv[0], kv[1], window.cell)
+    return _beyond(transform, *_room_cells(limit, service, window.cell), weights)
 
 
 def prefill_admissible(
