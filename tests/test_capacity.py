@@ -1193,3 +1193,23 @@ def test_a_prefill_use_falls_back_to_a_faster_decode_tier():
     assert (prefill["decode_bw"] == 25.0).all()
     assert prefill["t_kv_ms"].max() < 50.0
     assert plan(request, with_baselines=False).slo_rps > 0.5
+
+
+def test_a_pool_nic_cap_keeps_the_nic_time_within_every_carried_class_cap():
+    """The NIC row bounds traffic (Gbit/s over the pool's NIC bandwidth) but each class's cap bounds the NIC's
+    time, and a transfer at speed s (min_bw / own_bw) holds the NIC 1 / s times as long per Gbit. Two classes
+    in one pool: a fast one (speed 1, time cap 0.34) and one sending into slower NICs (speed 0.25, time cap
+    0.74). Whatever the split of the traffic the cap allows, the NIC's time stays within 0.34; the least of
+    cap x speed (0.185) would let the slow class alone hold it 74% of the time."""
+    from fleetplan.solver.headroom import _pool_nic_cap
+
+    speed = np.array([1.0, 0.25])
+    time_cap = np.array([0.34, 0.74])
+    uses = pd.DataFrame({"pool": [0, 0], "nic_rho": time_cap * speed, "nic_speed": speed})
+    cap = _pool_nic_cap(uses, ["pool"])
+    assert cap[0] == cap[1] == pytest.approx(0.34 * 0.25)
+    for share_slow in np.linspace(0.0, 1.0, 11):  # the fraction of the capped traffic the slow class sends
+        nic_time = cap[0] * ((1 - share_slow) / speed[0] + share_slow / speed[1])
+        assert nic_time <= time_cap.min() + 1e-12
+    # the old cap, min(cap x speed), breaks the fast class's cap when the slow class sends it all
+    assert (time_cap * speed).min() / speed[1] > time_cap.min()

@@ -934,9 +934,15 @@ def nic_caps(t: UseTable) -> tuple[np.ndarray, np.ndarray]:
     reserve, scaled by min_bw / own_bw because a transfer holds the NIC for kv / min(both ends). A use
     whose NICs could only run below NIC_FLOOR of their time would throttle its pool: it is not usable."""
     cap = np.where(t.t_kv > 0, _nic_u(t), 1.0)
+    return cap * nic_speed(t), cap >= NIC_FLOOR
+
+
+def nic_speed(t: UseTable) -> np.ndarray:
+    """min_bw / own_bw (at most 1): how much of its own NIC's bandwidth a use's transfer runs at; its NIC
+    is held 1 / nic_speed times as long as the traffic alone would say."""
     with np.errstate(invalid="ignore", divide="ignore"):
         ratio = np.where(np.isfinite(t.own_bw) & np.isfinite(t.min_bw), t.min_bw / t.own_bw, 1.0)
-    return cap * np.clip(ratio, 0.0, 1.0), cap >= NIC_FLOOR
+    return np.clip(ratio, 0.0, 1.0)
 
 
 def _rows(table, take):

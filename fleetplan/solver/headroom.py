@@ -172,9 +172,19 @@ def headroom_levels(
     # admissible utilization (use_fine) among them, at or above the level's grid point (above it only for
     # decode levels, whose loads capacity.py refines below the grid)
     level = expanded.groupby([*base, "rho"])
-    expanded["nic_rho"] = level["nic_rho"].transform("min")
+    expanded["nic_rho"] = _pool_nic_cap(expanded, [*base, "rho"])
     expanded["rho"] = level["use_fine"].transform("min")
-    return expanded.drop(columns=["use_rho", "use_fine"]).reset_index(drop=True)
+    return expanded.drop(columns=["use_rho", "use_fine", "nic_speed"]).reset_index(drop=True)
+
+
+def _pool_nic_cap(uses: pd.DataFrame, pool: list[str]) -> np.ndarray:
+    """A pool's NIC cap as traffic over its NIC's bandwidth: the least time cap among the classes it carries
+    times the slowest speed they send at (`capacity.nic_speed`). The NIC row bounds traffic, the caps bound
+    the NIC's time, and a Gbit of the slowest class holds the NIC longest; the least of cap x speed would
+    let a slow class fill the time a fast class's cap was sized for."""
+    time_cap = uses["nic_rho"] / np.maximum(uses["nic_speed"], 1e-12)
+    grouped = uses.assign(time_cap=time_cap).groupby(pool)
+    return (grouped["time_cap"].transform("min") * grouped["nic_speed"].transform("min")).to_numpy()
 
 
 # A pool shape is also offered as pools that carry only its shorter classes (mix_groups): at most this many
@@ -264,7 +274,7 @@ def admissible_loads(
     return uses[uses.pop("admitted").to_numpy()].reset_index(drop=True)
 
 
-ADMITTED = ["kv_slack_ms", "nic_u", "use_rho", "use_fine", "nic_rho", "admitted"]
+ADMITTED = ["kv_slack_ms", "nic_u", "use_rho", "use_fine", "nic_rho", "nic_speed", "admitted"]
 
 
 def _admit(
@@ -290,7 +300,8 @@ def _admit(
     nic, usable = capacity.nic_caps(t)
     if options.max_utilization is not None:
         nic = np.minimum(nic, options.max_utilization)
-    values = [t.kv_slack_ms, t.nic_u, rho, fine, nic, (rho >= capacity.RHO_MIN) & usable]
+    speed = capacity.nic_speed(t)
+    values = [t.kv_slack_ms, t.nic_u, rho, fine, nic, speed, (rho >= capacity.RHO_MIN) & usable]
     if rows is None:
         return uses.assign(**dict(zip(ADMITTED, values, strict=True)))
     uses = uses.copy()
