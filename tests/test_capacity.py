@@ -1175,8 +1175,8 @@ def test_a_prefill_use_falls_back_to_a_faster_decode_tier():
     """One p99 mistral-7b class with 1024-token prompts (TTFT SLO 600 ms) on the paper devices: sending its
     KV cache into Inferentia2's 8 Gbit/s NICs takes 129 ms, and with the KV waits behind such transfers no
     prefill load keeps p99.5 within the SLO. Into the 25 Gbit/s decoders (A6000, TPU v5e) it takes 43 ms:
-    the prefill uses fall back to that tier (level 0) and are admitted there, and the plan serves the class
-    (without the fallback it had no prefill use at all and served nothing)."""
+    the prefill uses are admitted at that level (0) only, and the plan serves the class (with the slowest
+    level alone it had no prefill use at all and served nothing)."""
     base = read_request(fixtures.request_path("paper"))
     counts = {"a6000ada": 2, "inf2": 4, "tpu-v5e": 5}
     devices = [msgspec.structs.replace(d, count=counts[d.name]) for d in base.devices]
@@ -1213,3 +1213,51 @@ def test_a_pool_nic_cap_keeps_the_nic_time_within_every_carried_class_cap():
         assert nic_time <= time_cap.min() + 1e-12
     # the old cap, min(cap x speed), breaks the fast class's cap when the slow class sends it all
     assert (time_cap * speed).min() / speed[1] > time_cap.min()
+
+
+def test_kv_levels_are_the_slowest_tier_and_the_slowest_at_least_twice_as_fast():
+    """candidates._kv_levels on three uses' reachable tiers (tier 0 the fastest decoders): transfers of 10,
+    10, 30, 60 and 120 ms keep tier 4 (120 ms) and tier 3 (60 ms, the slowest at least KV_LEVEL_STEP = 2
+    times shorter); a use whose transfers all take as long (its own NIC is the slower end) keeps only its
+    slowest tier, which reaches the most; a use without NICs (no transfer) likewise."""
+    from fleetplan.solver.candidates import KV_LEVEL_STEP, KV_LEVELS, _kv_levels
+
+    assert (KV_LEVEL_STEP, KV_LEVELS) == (2.0, 2)
+    rows = [(0, tier, t) for tier, t in enumerate([10.0, 10.0, 30.0, 60.0, 120.0])]
+    rows += [(1, tier, 50.0) for tier in range(3)] + [(2, tier, 0.0) for tier in range(2)]
+    w, tier, t_kv = (np.array(c) for c in zip(*rows, strict=True))
+    levels = pd.DataFrame(
+        {
+            "w": w,
+            "device": "d",
+            "tp": 1,
+            "batch": 1,
+            "key": "*",
+            "tier": tier,
+            "t_kv_ms": t_kv,
+            "decode_bw": 1.0,
+        }
+    )
+    kept = _kv_levels(levels.sample(frac=1.0, random_state=0))  # in any order
+    assert sorted(map(tuple, kept[["w", "tier"]].to_numpy().tolist())) == [(0, 3), (0, 4), (1, 2), (2, 1)]
+
+
+def test_a_headroom_level_carries_each_class_at_one_kv_level_and_faster_levels_run_higher():
+    """generated request 28 (the fidelity set's): its mistral-7b prefill uses reach A6000 and TPU v5e
+    decoders at 43 ms and Inferentia2 at 129 ms. Every pool carries a class at one KV level (the flow
+    chain's one prefill row per class, pool and key), and a shape's pools that carry a class at its faster
+    level run it at a higher headroom than those that carry it at its slower one."""
+    from bench.fidelity import generated
+
+    request = generated(28)
+    cand = build_candidates(request, resolve_profiles(request))
+    prefill = cand.uses[cand.uses["role"] == "prefill"].merge(
+        cand.pools[["rho"]], left_on="pool", right_index=True, suffixes=("", "_pool")
+    )
+    assert not prefill.duplicated(["pool", "w", "key"]).any()
+    shape = ["w", "key", "device", "tp", "batch", "mix"]
+    by_level = prefill.groupby([*shape, "level"])["rho_pool"].max().reset_index()
+    pairs = by_level.merge(by_level, on=shape, suffixes=("_fast", "_slow"))
+    pairs = pairs[pairs["level_fast"] < pairs["level_slow"]]
+    assert len(pairs) > 0  # some class is carried at two KV levels of one shape
+    assert (pairs["rho_pool_fast"] > pairs["rho_pool_slow"]).all()

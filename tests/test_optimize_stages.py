@@ -46,9 +46,9 @@ def test_solve_result_gap_is_relative_gap():
 
 
 @pytest.fixture(scope="module")
-def paper_plan():
-    """The plan of the bundled paper request, with every backend call optimize() and the pooled credit
-    (solver/pooled.py) made (module-scoped)."""
+def credited_plan():
+    """The plan of the bundled link_bound request (one whose pooled credit, solver/pooled.py, serves more
+    than the MILP), with every backend call optimize() and the credit made (module-scoped)."""
     from fleetplan import fixtures
     from fleetplan.models.codec import read_request
     from fleetplan.solver import optimize as optimize_module
@@ -69,14 +69,14 @@ def paper_plan():
 
     optimize_module.get_backend = pooled_module.get_backend = lambda name: Counting(real(name))
     try:
-        result = plan(read_request(fixtures.request_path("paper")), with_baselines=False)
+        result = plan(read_request(fixtures.request_path("link_bound")), with_baselines=False)
     finally:
         optimize_module.get_backend = pooled_module.get_backend = real
     return result, calls
 
 
-def test_a_plan_carries_a_record_per_solver_call(paper_plan):
-    result, calls = paper_plan
+def test_a_plan_carries_a_record_per_solver_call(credited_plan):
+    result, calls = credited_plan
     stages = result.solver.stages
     assert stages, "SolverInfo.stages is empty"
     assert len(stages) == len(calls)
@@ -109,8 +109,8 @@ def test_a_plan_carries_a_record_per_solver_call(paper_plan):
     assert all(r.nodes is None for r in stages if r.kind == "lp")
 
 
-def test_stage_times_fit_in_the_solve_time(paper_plan):
-    result, _ = paper_plan
+def test_stage_times_fit_in_the_solve_time(credited_plan):
+    result, _ = credited_plan
     stages = result.solver.stages
     rounding = 1e-3 * len(stages)  # each ms is rounded to 3 decimals
     assert all(r.ms >= 0 for r in stages)
@@ -121,8 +121,8 @@ def test_stage_times_fit_in_the_solve_time(paper_plan):
     assert ended[-1] >= sum(r.ms for r in stages) - rounding
 
 
-def test_the_final_stages_match_the_plan_within_the_gap(paper_plan):
-    result, _ = paper_plan
+def test_the_final_stages_match_the_plan_within_the_gap(credited_plan):
+    result, _ = credited_plan
     stages = result.solver.stages
     primary = next(r for r in stages if r.step == "primary")
     final = [r for r in stages if r.step in ("primary", "tie_break")][-1]
@@ -149,12 +149,12 @@ def test_a_plan_without_candidates_has_no_stages():
     assert _solver_info(read_request(fixtures.request_path("paper")), None).stages is None
 
 
-def test_stage_records_round_trip_through_json(paper_plan):
+def test_stage_records_round_trip_through_json(credited_plan):
     import msgspec
 
     from fleetplan.models.plan import Plan
 
-    result, _ = paper_plan
+    result, _ = credited_plan
     decoded = msgspec.json.decode(msgspec.json.encode(result), type=Plan)
     assert decoded.solver.stages == result.solver.stages
 

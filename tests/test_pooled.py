@@ -18,15 +18,22 @@ def scarce():
     return read_request(fixtures.request_path("scarce_gpus"))
 
 
+@pytest.fixture(scope="module")
+def link_bound():
+    """A bundled request whose pooled credit serves more than its MILP (145.0 SLO RPS against the MILP's
+    bound of 141.3)."""
+    return read_request(fixtures.request_path("link_bound"))
+
+
 def _without_credit(request, monkeypatch):
     monkeypatch.setattr(pipeline, "pool_credit", lambda request, cand, outcome, deadline: (cand, outcome))
     return plan(request, with_baselines=False)
 
 
-def test_credit_serves_more_on_the_same_hardware(scarce, monkeypatch):
-    credited = plan(scarce, with_baselines=False)
+def test_credit_serves_more_on_the_same_hardware(link_bound, monkeypatch):
+    credited = plan(link_bound, with_baselines=False)
     assert [s.step for s in credited.solver.stages][-1] == "pooled"
-    milp = _without_credit(scarce, monkeypatch)
+    milp = _without_credit(link_bound, monkeypatch)
     assert credited.slo_rps > milp.slo_rps + 1e-6
     # the MILP's hardware: same devices and cost, no pool smaller than the MILP made it
     assert [d.used for d in credited.devices] == [d.used for d in milp.devices]
@@ -76,25 +83,25 @@ def test_no_credit_under_the_flat_model_or_other_objectives(scarce):
         assert pooled.pool_credit(request, cand, outcome) == (cand, outcome)
 
 
-def test_no_credit_when_the_deadline_leaves_too_little(scarce):
+def test_no_credit_when_the_deadline_leaves_too_little(link_bound):
     from fleetplan.solver.deadline import Deadline
 
-    cand = build_candidates(scarce, resolve_profiles(scarce))
-    outcome, _ = pipeline._solve(scarce, cand)
+    cand = build_candidates(link_bound, resolve_profiles(link_bound))
+    outcome, _ = pipeline._solve(link_bound, cand)
     spent = Deadline.after(0.1 * 10.0)  # 10% of a 10 s budget left
     late = Deadline(spent.at, 10.0)
-    assert pooled.pool_credit(scarce, cand, outcome, late) == (cand, outcome)
-    credited = pooled.pool_credit(scarce, cand, outcome, Deadline.after(10.0))
+    assert pooled.pool_credit(link_bound, cand, outcome, late) == (cand, outcome)
+    credited = pooled.pool_credit(link_bound, cand, outcome, Deadline.after(10.0))
     assert credited[1].stages[-1].step == "pooled"
 
 
-def test_the_summary_says_the_bound_is_the_milps_when_the_credit_served_more(scarce, monkeypatch):
+def test_the_summary_says_the_bound_is_the_milps_when_the_credit_served_more(link_bound, monkeypatch):
     from fleetplan.api.render import objective_text
 
-    credited = plan(scarce, with_baselines=False)
+    credited = plan(link_bound, with_baselines=False)
     assert credited.slo_rps > credited.bound_rps  # the credit passed the MILP's bound
     assert "(MILP; + pooled credit)" in objective_text(credited)
-    assert "pooled" not in objective_text(_without_credit(scarce, monkeypatch))
+    assert "pooled" not in objective_text(_without_credit(link_bound, monkeypatch))
 
 
 def test_credit_applies_to_a_pool_that_runs_every_instance_its_devices_allow(monkeypatch):

@@ -294,15 +294,15 @@ def test_budgets_from_the_fleet_cost_up_take_one_solve_and_a_plateau_another():
 
 
 def test_a_plan_cheaper_after_the_pooled_credit_answers_no_lower_budget():
-    """The fidelity benchmark's generated request 6 at 8.44 $/h: the MILP's plan spends 7.48 $/h, and the
-    pooled credit leaves instances without load, so the plan reports 6.28 $/h. At 7 $/h (between the two)
-    that plan is not provably the MILP's: the point solves its own (which here serves as much), equal to a
-    single plan. (The case moves with the capacity model: a budget sweep of the bundled requests has none
-    since session 18, so the test takes a generated one.)"""
+    """The fidelity benchmark's generated request 14 at 10.75 $/h: the MILP's plan spends 10.0 $/h, and the
+    pooled credit leaves instances without load, so the plan reports 9.0 $/h. At 9.5 $/h (between the two)
+    that plan is not provably the MILP's: the point solves its own, equal to a single plan. (The case moves
+    with the capacity model: a budget sweep of the bundled requests has none since session 18, so the test
+    takes a generated one.)"""
     from bench.fidelity import generated
 
-    base = generated(6)
-    budgets = [7.0, 8.44]
+    base = generated(14)
+    budgets = [9.5, 10.75]
     request = whatif(base, {"param": "budget_per_hour", "values": budgets}, marginal=False, baselines=False)
     result = run_whatif(request)
     assert result.solver.solves == 2

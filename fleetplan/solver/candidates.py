@@ -224,14 +224,39 @@ def flow_tiers(uses: pd.DataFrame, classes: pd.DataFrame, keyed: bool) -> pd.Dat
     t_kv = transfer_ms(kv, pairs["bw_gbps"].to_numpy(), pairs["decode_bw"].to_numpy())
     reaches = pairs["ttft_ms"].to_numpy() + t_kv <= slo * (1 + 1e-12)
     reach = pairs[reaches].assign(t_kv_ms=t_kv[reaches])
-    # the level is the last tier reached; its transfer is the slowest one the prefill use may make
-    by_use = ["w", "device", "tp", "batch", "key"]
-    worst = reach.sort_values("tier", kind="stable").groupby(by_use, as_index=False).last()
-    levels = worst[["w", "device", "tp", "batch", "key", "tier", "t_kv_ms", "decode_bw"]]
+    # one row per tier reached: at level l the use may send to tiers 0..l, and its transfer is the slowest
+    # of those (tier l's); a faster level leaves more TTFT for the prefill queue (headroom_levels keeps, per
+    # headroom level of a pool, the slowest level admitted there)
+    levels = reach[["w", "device", "tp", "batch", "key", "tier", "t_kv_ms", "decode_bw"]]
+    levels = _kv_levels(levels)
     prefill = prefill.merge(levels, on=["w", "device", "tp", "batch"]).rename(columns={"tier": "level"})
     prefill["tier"] = -1
     others = uses[uses["role"] != "prefill"].assign(level=-1, t_kv_ms=0.0, decode_bw=np.inf)
     return pd.concat([others, prefill], ignore_index=True)
+
+
+# A prefill use is offered at its slowest tier and at the slowest of those whose transfer is at least
+# KV_LEVEL_STEP times shorter: KV_LEVELS levels. Each level is one more capacity-model evaluation of the use,
+# and the synthetic M and L instances reach up to 10 and 13 distinct transfer times per use (every level:
+# candidates 2.4x slower on M, 3.1x on L; three levels, a step of 2: 1.4x and 1.6x; two: 1.3x and 1.1x).
+KV_LEVEL_STEP = 2.0
+KV_LEVELS = 2
+
+
+def _kv_levels(levels: pd.DataFrame) -> pd.DataFrame:
+    """Of the tiers each prefill use reaches (rows of `levels`), the ones it is offered at: per bucket of
+    transfer times KV_LEVEL_STEP^k times shorter than its slowest (k = 0..KV_LEVELS - 1, the last bucket
+    open-ended, a tier without a NIC in it), the bucket's slowest tier, which reaches the most."""
+    use = ["w", "device", "tp", "batch", "key"]
+    levels = levels.sort_values("tier", kind="stable")
+    slowest = levels.groupby(use)["t_kv_ms"].transform("last").to_numpy(float)
+    t_kv = levels["t_kv_ms"].to_numpy(float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = np.where(t_kv > 0, slowest / t_kv, np.where(slowest > 0, np.inf, 1.0))
+    bucket = np.minimum(
+        np.floor(np.log(np.maximum(ratio, 1.0)) / np.log(KV_LEVEL_STEP) + 1e-9), KV_LEVELS - 1
+    )
+    return levels.assign(bucket=bucket).drop_duplicates([*use, "bucket"], keep="last").drop(columns="bucket")
 
 
 def attach_pools(uses: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:

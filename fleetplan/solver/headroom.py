@@ -168,6 +168,7 @@ def headroom_levels(
     levels = uses[[*base, "use_rho"]].drop_duplicates().rename(columns={"use_rho": "rho"})
     expanded = uses.merge(levels, on=base)
     expanded = expanded[expanded["use_rho"] >= expanded["rho"] - 1e-9]
+    expanded = _slowest_level(expanded, [*base, "rho"])
     # a level's headroom and NIC cap are the tightest of the classes it carries: its headroom is the least
     # admissible utilization (use_fine) among them, at or above the level's grid point (above it only for
     # decode levels, whose loads capacity.py refines below the grid)
@@ -175,6 +176,16 @@ def headroom_levels(
     expanded["nic_rho"] = _pool_nic_cap(expanded, [*base, "rho"])
     expanded["rho"] = level["use_fine"].transform("min")
     return expanded.drop(columns=["use_rho", "use_fine", "nic_speed"]).reset_index(drop=True)
+
+
+def _slowest_level(uses: pd.DataFrame, pool: list[str]) -> pd.DataFrame:
+    """Per pool and (class, key), the prefill use of the highest level (the slowest decode tier it may send
+    to) among those admitted there: one prefill row per (class, pool, key), as the flow chain needs."""
+    prefill = (uses["role"] == "prefill").to_numpy()
+    top = uses[prefill].groupby([*pool, "w", "key"])["level"].transform("max").to_numpy()
+    keep = np.ones(len(uses), dtype=bool)
+    keep[prefill] = uses["level"].to_numpy()[prefill] == top
+    return uses[keep]
 
 
 def _pool_nic_cap(uses: pd.DataFrame, pool: list[str]) -> np.ndarray:
@@ -232,8 +243,10 @@ def useful_mixes(uses: pd.DataFrame) -> pd.DataFrame:
     columns and near-twin pools for the MILP (on paper.json three mixes took the goodput MIP from 0.3 s to
     over 10 s for +2% SLO RPS)."""
     shape = ["owner", "role", "device", "tp", "batch"]
-    base = uses.loc[uses["mix"] == 0, [*shape, "w", "key", "use_rho"]].rename(columns={"use_rho": "rho0"})
-    others = uses.reset_index().merge(base, on=[*shape, "w", "key"], how="left")
+    base = uses.loc[uses["mix"] == 0, [*shape, "w", "key", "level", "use_rho"]].rename(
+        columns={"use_rho": "rho0"}
+    )
+    others = uses.reset_index().merge(base, on=[*shape, "w", "key", "level"], how="left")
     rho0 = others["rho0"].to_numpy(float)
     with np.errstate(invalid="ignore"):
         gain = np.isnan(rho0) | (others["use_rho"].to_numpy() >= MIX_GAIN * rho0)
@@ -259,16 +272,17 @@ def admissible_loads(
     use's to 1 / 160 of it, capacity.REFINE), NIC cap and KV
     reserve of every use; uses below RHO_MIN or whose NICs would throttle their pool are dropped.
 
-    A prefill use's level is the slowest decode tier its KV can reach within the SLO (flow_tiers), and its
-    KV queues are sized by that slowest transfer. One admitted nothing there falls back to the next faster
-    tier (`_faster_tier`), one tier at a time, until it is admitted or has none left: a class whose long
-    transfers to slow decoders leave no TTFT room may still prefill for the fast ones.
+    A prefill use comes at its levels (flow_tiers, `candidates._kv_levels`: the slowest decode tier its KV
+    can reach within the SLO, and a faster one), its KV queues sized by the level's slowest transfer. Where
+    none of its levels admitted anything, its fastest level is tried once more at the shortest transfer it
+    has (`_fastest_tier`): a class whose long transfers to slow decoders leave no TTFT room may still
+    prefill for the fast ones.
 
     `survival`: only which uses are admitted at all (and their tiers), each tried at the lowest level
     (`capacity.bisect_rate`'s probe: one evaluation instead of a search); use_rho and use_fine are then that
     level or 0. headroom_levels' first pass, which only decides which uses the FIFO shares count."""
     uses = _admit(uses.reset_index(drop=True), classes, book, options, survival=survival)
-    while (lowered := _faster_tier(uses)) is not None:
+    while (lowered := _fastest_tier(uses)) is not None:
         uses, moved = lowered
         uses = _admit(uses, classes, book, options, moved, survival)
     return uses[uses.pop("admitted").to_numpy()].reset_index(drop=True)
@@ -310,30 +324,36 @@ def _admit(
     return uses
 
 
-def _faster_tier(uses: pd.DataFrame) -> tuple[pd.DataFrame, np.ndarray] | None:
-    """(`uses` with every prefill use that was not admitted at a level above 0 moved one tier faster (its
-    level, decode bandwidth and transfer time those of tier level - 1), the positions moved); None when
-    there is none to move."""
-    move = (
-        (uses["role"] == "prefill").to_numpy() & ~uses["admitted"].to_numpy() & (uses["level"] > 0).to_numpy()
-    )
-    if not move.any():
+def _fastest_tier(uses: pd.DataFrame) -> tuple[pd.DataFrame, np.ndarray] | None:
+    """(`uses` with the fastest level (`candidates._kv_levels`) of every prefill use none of whose levels
+    was admitted moved to the tier with its shortest transfer (its level, decode bandwidth and transfer
+    time that tier's; the fastest such tier, which reaches the fewest decoders, is all that is left: the
+    admissible load only grows as the transfer shortens, so if it admits nothing no tier does), the
+    positions moved); None when there is none to move."""
+    prefill = (uses["role"] == "prefill").to_numpy()
+    per_use = uses[prefill].groupby([*_shape(uses), "w", "key"])
+    fastest, none = np.zeros(len(uses), dtype=bool), np.zeros(len(uses), dtype=bool)
+    fastest[prefill] = uses["level"].to_numpy()[prefill] == per_use["level"].transform("min").to_numpy()
+    none[prefill] = ~per_use["admitted"].transform("any").to_numpy(bool)
+    move = np.flatnonzero(fastest & none & (uses["level"] > 0).to_numpy())
+    if not len(move):
         return None
     tiers = uses.loc[uses["role"] == "decode", ["w", "key", "tier", "bw_gbps"]].drop_duplicates(
         ["w", "key", "tier"]
     )
-    tiers = tiers.rename(columns={"tier": "level", "bw_gbps": "faster_bw"})
-    moved = uses.loc[move, ["w", "key", "level"]].assign(level=lambda f: f["level"] - 1)
-    faster = moved.merge(tiers, on=["w", "key", "level"], how="left")["faster_bw"].to_numpy(float)
-    exists = ~np.isnan(faster)  # (inf: a decode tier without a NIC)
-    rows, faster = np.flatnonzero(move)[exists], faster[exists]
-    if len(rows) == 0:
+    tiers = tiers.rename(columns={"tier": "to", "bw_gbps": "faster_bw"})
+    moving = uses.loc[move, ["w", "key", "level", "kv_gbit", "bw_gbps", "t_kv_ms"]].assign(row=move)
+    pairs = moving.merge(tiers, on=["w", "key"])
+    t_kv = transfer_ms(pairs["kv_gbit"].to_numpy(float), pairs["bw_gbps"].to_numpy(float), pairs["faster_bw"])
+    shorter = (pairs["to"] < pairs["level"]).to_numpy() & (t_kv < pairs["t_kv_ms"].to_numpy() * (1 - 1e-9))
+    nearest = pairs[shorter].assign(t_kv=t_kv[shorter]).sort_values("to").groupby("row").first()
+    if nearest.empty:
         return None
+    rows = nearest.index.to_numpy()
     uses = uses.copy()
-    uses.loc[rows, "level"] -= 1
-    uses.loc[rows, "decode_bw"] = faster
-    kv, own = uses.loc[rows, "kv_gbit"].to_numpy(float), uses.loc[rows, "bw_gbps"].to_numpy(float)
-    uses.loc[rows, "t_kv_ms"] = transfer_ms(kv, own, faster)
+    uses.loc[rows, "level"] = nearest["to"].to_numpy()
+    uses.loc[rows, "decode_bw"] = nearest["faster_bw"].to_numpy(float)
+    uses.loc[rows, "t_kv_ms"] = nearest["t_kv"].to_numpy(float)
     return uses, rows
 
 
