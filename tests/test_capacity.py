@@ -1261,3 +1261,31 @@ def test_a_headroom_level_carries_each_class_at_one_kv_level_and_faster_levels_r
     pairs = pairs[pairs["level_fast"] < pairs["level_slow"]]
     assert len(pairs) > 0  # some class is carried at two KV levels of one shape
     assert (pairs["rho_pool_fast"] > pairs["rho_pool_slow"]).all()
+
+
+def test_a_faster_kv_level_is_kept_only_where_it_carries_more():
+    """headroom.useful_levels on one prefill use per class at two KV levels (1 the slowest, 0 the faster):
+    class 0's faster level admits 1.2x its slowest's load (kept), class 1's 1.05x (dropped: it reaches
+    fewer decoders for next to no load), class 2's slowest admits nothing (only its faster level survived
+    admission: kept, whatever its load). Decode uses are never touched."""
+    from fleetplan.solver.headroom import KV_LEVEL_GAIN, useful_levels
+
+    assert KV_LEVEL_GAIN == 1.1
+    shape = {"owner": "m", "device": "d", "tp": 1, "batch": 1, "mix": 0, "key": "*"}
+    rows = [
+        ("prefill", 0, 1, 0.50),
+        ("prefill", 0, 0, 0.60),
+        ("prefill", 1, 1, 0.60),
+        ("prefill", 1, 0, 0.63),
+        ("prefill", 2, 0, 0.20),
+        ("decode", 0, -1, 0.10),
+    ]
+    uses = pd.DataFrame([{**shape, "role": r, "w": w, "level": lv, "use_rho": rho} for r, w, lv, rho in rows])
+    kept = useful_levels(uses)
+    assert sorted(map(tuple, kept[["role", "w", "level"]].to_numpy().tolist())) == [
+        ("decode", 0, -1),
+        ("prefill", 0, 0),
+        ("prefill", 0, 1),
+        ("prefill", 1, 1),
+        ("prefill", 2, 0),
+    ]
