@@ -1289,3 +1289,21 @@ def test_a_faster_kv_level_is_kept_only_where_it_carries_more():
         ("prefill", 1, 1),
         ("prefill", 2, 0),
     ]
+
+
+def test_the_flat_model_keeps_one_kv_level_per_prefill_use():
+    """capacity_model = "flat" is the v1 formulation: each prefill use at the slowest decode tier it reaches
+    (without queues a faster level admits no more, and a second row would be a column v1 does not have).
+    generated request 28 reaches two levels from its mistral-7b prefill uses under the queueing model."""
+    from bench.fidelity import generated
+
+    request = generated(28)
+    flat = msgspec.structs.replace(
+        request, options=msgspec.structs.replace(request.options, capacity_model="flat", max_utilization=0.8)
+    )
+    uses = build_candidates(flat, resolve_profiles(flat)).uses
+    prefill = uses[uses["role"] == "prefill"]
+    assert not prefill.duplicated(["w", "device", "tp", "batch", "key"]).any()
+    queueing = build_candidates(request, resolve_profiles(request)).uses
+    levels = queueing[queueing["role"] == "prefill"].groupby(["w", "device", "tp", "batch"])["level"]
+    assert (levels.nunique() > 1).any()

@@ -157,8 +157,10 @@ def headroom_levels(
     options = request.options
     if options.capacity_model == "flat":
         rho = flat_headroom(options)
-        # v1: NIC rows not derated, one mix per shape
-        return uses.assign(rho=rho, nic_rho=1.0, kv_slack_ms=0.0, nic_u=0.0, mix=0)
+        # v1: NIC rows not derated, one mix per shape, each prefill use at its slowest KV level only (the
+        # one that reaches the most; without queues a faster level admits no more)
+        uses = _slowest_level(uses, ["owner", "role", "device", "tp", "batch"])
+        return uses.assign(rho=rho, nic_rho=1.0, kv_slack_ms=0.0, nic_u=0.0, mix=0).reset_index(drop=True)
     uses = mix_groups(uses, classes)
     uses = admissible_loads(uses, classes, book, options, survival=True)
     # once more over the uses that remain: a class that can never use a pool shape (its SLO is out of
