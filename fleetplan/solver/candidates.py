@@ -238,7 +238,8 @@ def flow_tiers(uses: pd.DataFrame, classes: pd.DataFrame, keyed: bool) -> pd.Dat
 # A prefill use is offered at its slowest tier and at the slowest of those whose transfer is at least
 # KV_LEVEL_STEP times shorter: KV_LEVELS levels. Each level is one more capacity-model evaluation of the use,
 # and the synthetic M and L instances reach up to 10 and 13 distinct transfer times per use (every level:
-# candidates 2.4x slower on M, 3.1x on L; three levels, a step of 2: 1.4x and 1.6x; two: 1.3x and 1.1x).
+# candidates 2.4x slower on M, 3.1x on L; three levels at a step of 2: 1.4x and 1.6x; two: 1.1-1.2x and
+# 1.0-1.1x, bench/README.md "Session 19").
 KV_LEVEL_STEP = 2.0
 KV_LEVELS = 2
 

@@ -244,7 +244,7 @@ def useful_levels(uses: pd.DataFrame, gain: float = KV_LEVEL_GAIN) -> pd.DataFra
     """Keep a prefill use's faster KV level (`candidates._kv_levels`) only where it is admitted at `gain`
     times the load of the use's slowest admitted level or more: a faster level reaches fewer decoders and
     is one more pool level of its shape for the MILP where its load differs (paper.json: 105 pools with
-    every admitted level, 98 at 1.1; the 100-point budget sweep's MIPs 15.5 -> 11.1 s of solves, every
+    every admitted level, 98 at 1.1; the 100-point budget sweep's MIPs 15.5 -> 11.0 s of solves, every
     point's SLO RPS the same or higher; the fidelity requests unchanged)."""
     prefill = (uses["role"] == "prefill").to_numpy()
     p = uses[prefill]
@@ -345,10 +345,9 @@ def _admit(
 
 def _fastest_tier(uses: pd.DataFrame) -> tuple[pd.DataFrame, np.ndarray] | None:
     """(`uses` with the fastest level (`candidates._kv_levels`) of every prefill use none of whose levels
-    was admitted moved to the tier with its shortest transfer (its level, decode bandwidth and transfer
-    time that tier's; the fastest such tier, which reaches the fewest decoders, is all that is left: the
-    admissible load only grows as the transfer shortens, so if it admits nothing no tier does), the
-    positions moved); None when there is none to move."""
+    was admitted moved to the tier of its shortest transfer, the slowest such tier (its level, decode
+    bandwidth and transfer time that tier's: the admissible load only grows as the transfer shortens, so if
+    that admits nothing no tier does), the positions moved); None when there is none to move."""
     prefill = (uses["role"] == "prefill").to_numpy()
     per_use = uses[prefill].groupby([*_shape(uses), "w", "key"])
     fastest, none = np.zeros(len(uses), dtype=bool), np.zeros(len(uses), dtype=bool)
@@ -365,14 +364,16 @@ def _fastest_tier(uses: pd.DataFrame) -> tuple[pd.DataFrame, np.ndarray] | None:
     pairs = moving.merge(tiers, on=["w", "key"])
     t_kv = transfer_ms(pairs["kv_gbit"].to_numpy(float), pairs["bw_gbps"].to_numpy(float), pairs["faster_bw"])
     shorter = (pairs["to"] < pairs["level"]).to_numpy() & (t_kv < pairs["t_kv_ms"].to_numpy() * (1 - 1e-9))
-    nearest = pairs[shorter].assign(t_kv=t_kv[shorter]).sort_values("to").groupby("row").first()
-    if nearest.empty:
+    # the shortest transfer; among tiers that give it (the sender's NIC the slower end), the slowest
+    candidates = pairs[shorter].assign(t_kv=t_kv[shorter])
+    best = candidates.sort_values(["t_kv", "to"], ascending=[True, False]).groupby("row").first()
+    if best.empty:
         return None
-    rows = nearest.index.to_numpy()
+    rows = best.index.to_numpy()
     uses = uses.copy()
-    uses.loc[rows, "level"] = nearest["to"].to_numpy()
-    uses.loc[rows, "decode_bw"] = nearest["faster_bw"].to_numpy(float)
-    uses.loc[rows, "t_kv_ms"] = nearest["t_kv"].to_numpy(float)
+    uses.loc[rows, "level"] = best["to"].to_numpy()
+    uses.loc[rows, "decode_bw"] = best["faster_bw"].to_numpy(float)
+    uses.loc[rows, "t_kv_ms"] = best["t_kv"].to_numpy(float)
     return uses, rows
 
 
