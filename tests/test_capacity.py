@@ -1307,3 +1307,59 @@ def test_the_flat_model_keeps_one_kv_level_per_prefill_use():
     queueing = build_candidates(request, resolve_profiles(request)).uses
     levels = queueing[queueing["role"] == "prefill"].groupby(["w", "device", "tp", "batch"])["level"]
     assert (levels.nunique() > 1).any()
+
+
+def test_a_use_no_level_admits_moves_to_the_slowest_tier_of_its_shortest_transfer():
+    """headroom._fastest_tier: a prefill use (own NIC 25 Gbit/s, 1 Gbit of KV) whose only level, Inferentia2's
+    8 Gbit/s tier 2 (125 ms), admitted nothing moves where its transfer is shortest: 40 ms at tier 1
+    (25 Gbit/s) and at tier 0 (100 Gbit/s, its own NIC the slower end); of those, tier 1, which reaches
+    more decoders. A use with an admitted level does not move, and a use at its shortest already ends it."""
+    from fleetplan.solver.headroom import _fastest_tier
+
+    shape = {"owner": "m", "device": "d", "tp": 1, "batch": 1, "mix": 0, "key": "*", "kv_gbit": 1.0}
+    decode = [
+        {**shape, "role": "decode", "w": w, "tier": t, "bw_gbps": bw}
+        for w in (0, 1)
+        for t, bw in enumerate([100.0, 25.0, 8.0])
+    ]
+    prefill = [
+        {
+            **shape,
+            "role": "prefill",
+            "w": 0,
+            "tier": -1,
+            "level": 2,
+            "bw_gbps": 25.0,
+            "t_kv_ms": 125.0,
+            "admitted": False,
+        },
+        {
+            **shape,
+            "role": "prefill",
+            "w": 1,
+            "tier": -1,
+            "level": 2,
+            "bw_gbps": 25.0,
+            "t_kv_ms": 125.0,
+            "admitted": False,
+        },
+        {
+            **shape,
+            "role": "prefill",
+            "w": 1,
+            "tier": -1,
+            "level": 1,
+            "bw_gbps": 25.0,
+            "t_kv_ms": 40.0,
+            "admitted": True,
+        },
+    ]
+    uses = pd.DataFrame(decode + prefill)
+    uses["admitted"] = uses["admitted"].fillna(True).astype(bool)
+    uses["level"] = uses["level"].fillna(-1).astype(int)
+    uses["decode_bw"] = np.inf
+    moved, rows = _fastest_tier(uses)
+    assert list(rows) == [6]  # class 0's prefill use; class 1 has an admitted level
+    assert moved.loc[6, ["level", "decode_bw", "t_kv_ms"]].tolist() == [1, 25.0, pytest.approx(40.0)]
+    again = moved.assign(admitted=moved["admitted"] & (moved.index != 6))
+    assert _fastest_tier(again) is None  # nothing shorter than 40 ms left
