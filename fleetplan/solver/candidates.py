@@ -201,7 +201,9 @@ def flow_tiers(uses: pd.DataFrame, classes: pd.DataFrame, keyed: bool) -> pd.Dat
     """Give decode uses a tier and expand prefill uses to (key, level); drop prefill uses that reach nothing.
 
     Per (class, key) the tiers are the distinct per-instance decode bandwidths of that class's decode uses,
-    in falling order (inf first). A prefill use's level is the last tier it reaches within its TTFT SLO.
+    in falling order (inf first). A prefill use's level is the last tier it may send to; each prefill use
+    comes at up to KV_LEVELS levels (`_kv_levels`): the last tier it reaches within its TTFT SLO, and a
+    faster one whose transfer leaves more of the SLO to its queue.
     """
     uses = uses.copy()
     uses["bw_gbps"] = uses["nic_gbps"] * uses["tp"]
