@@ -183,11 +183,17 @@ def headroom_levels(
 def _slowest_level(uses: pd.DataFrame, pool: list[str]) -> pd.DataFrame:
     """Per pool and (class, key), the prefill use of the highest level (the slowest decode tier it may send
     to) among those admitted there: one prefill row per (class, pool, key), as the flow chain needs."""
+    return uses[(uses["role"] != "prefill").to_numpy() | _at_level(uses, pool, "max")]
+
+
+def _at_level(uses: pd.DataFrame, keys: list[str], how: str) -> np.ndarray:
+    """Per row: a prefill use at the highest (`how` "max": slowest) or lowest ("min") KV level among the
+    prefill rows of its (keys, class, key); False for the other roles."""
     prefill = (uses["role"] == "prefill").to_numpy()
-    top = uses[prefill].groupby([*pool, "w", "key"])["level"].transform("max").to_numpy()
-    keep = np.ones(len(uses), dtype=bool)
-    keep[prefill] = uses["level"].to_numpy()[prefill] == top
-    return uses[keep]
+    out = np.zeros(len(uses), dtype=bool)
+    p = uses[prefill]
+    out[prefill] = p["level"].to_numpy() == p.groupby([*keys, "w", "key"])["level"].transform(how).to_numpy()
+    return out
 
 
 def _pool_nic_cap(uses: pd.DataFrame, pool: list[str]) -> np.ndarray:
@@ -248,8 +254,8 @@ def useful_levels(uses: pd.DataFrame, gain: float = KV_LEVEL_GAIN) -> pd.DataFra
     point's SLO RPS the same or higher; the fidelity requests unchanged)."""
     prefill = (uses["role"] == "prefill").to_numpy()
     p = uses[prefill]
+    slowest = _at_level(uses, _shape(uses), "max")[prefill]
     per_use = [p[k] for k in [*_shape(uses), "w", "key"]]
-    slowest = (p["level"] == p.groupby(per_use)["level"].transform("max")).to_numpy()
     slow_rho = p["use_rho"].where(slowest).groupby(per_use).transform("max").to_numpy(float)
     keep = np.ones(len(uses), dtype=bool)
     keep[prefill] = slowest | (p["use_rho"].to_numpy(float) >= gain * slow_rho - 1e-12)
@@ -349,11 +355,11 @@ def _fastest_tier(uses: pd.DataFrame) -> tuple[pd.DataFrame, np.ndarray] | None:
     bandwidth and transfer time that tier's: the admissible load only grows as the transfer shortens, so if
     that admits nothing no tier does), the positions moved); None when there is none to move."""
     prefill = (uses["role"] == "prefill").to_numpy()
-    per_use = uses[prefill].groupby([*_shape(uses), "w", "key"])
-    fastest, none = np.zeros(len(uses), dtype=bool), np.zeros(len(uses), dtype=bool)
-    fastest[prefill] = uses["level"].to_numpy()[prefill] == per_use["level"].transform("min").to_numpy()
-    none[prefill] = ~per_use["admitted"].transform("any").to_numpy(bool)
-    move = np.flatnonzero(fastest & none & (uses["level"] > 0).to_numpy())
+    none = np.zeros(len(uses), dtype=bool)
+    none[prefill] = ~uses[prefill].groupby([*_shape(uses), "w", "key"])["admitted"].transform("any").to_numpy(
+        bool
+    )
+    move = np.flatnonzero(_at_level(uses, _shape(uses), "min") & none & (uses["level"] > 0).to_numpy())
     if not len(move):
         return None
     tiers = uses.loc[uses["role"] == "decode", ["w", "key", "tier", "bw_gbps"]].drop_duplicates(
