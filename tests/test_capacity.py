@@ -1322,38 +1322,12 @@ def test_a_use_no_level_admits_moves_to_the_slowest_tier_of_its_shortest_transfe
         for w in (0, 1)
         for t, bw in enumerate([100.0, 25.0, 8.0])
     ]
-    prefill = [
-        {
-            **shape,
-            "role": "prefill",
-            "w": 0,
-            "tier": -1,
-            "level": 2,
-            "bw_gbps": 25.0,
-            "t_kv_ms": 125.0,
-            "admitted": False,
-        },
-        {
-            **shape,
-            "role": "prefill",
-            "w": 1,
-            "tier": -1,
-            "level": 2,
-            "bw_gbps": 25.0,
-            "t_kv_ms": 125.0,
-            "admitted": False,
-        },
-        {
-            **shape,
-            "role": "prefill",
-            "w": 1,
-            "tier": -1,
-            "level": 1,
-            "bw_gbps": 25.0,
-            "t_kv_ms": 40.0,
-            "admitted": True,
-        },
-    ]
+
+    def sender(w, level, t_kv, admitted):
+        row = {"role": "prefill", "w": w, "tier": -1, "level": level, "t_kv_ms": t_kv, "admitted": admitted}
+        return {**shape, **row, "bw_gbps": 25.0}
+
+    prefill = [sender(0, 2, 125.0, False), sender(1, 2, 125.0, False), sender(1, 1, 40.0, True)]
     uses = pd.DataFrame(decode + prefill)
     uses["admitted"] = uses["admitted"].fillna(True).astype(bool)
     uses["level"] = uses["level"].fillna(-1).astype(int)
