@@ -779,7 +779,9 @@ def test_kv_wait_mean_is_the_sum_of_both_nics_md1_waits():
     t = use_table(
         4, t_kv=[8.0, 8.0, 30.0, 0.0], kv_slack_ms=[30.0, 30.0, 6.0, 30.0], kv_share=[1.0, 2.0, 1.0, 1.0]
     )
-    prob, mean = capacity.kv_wait(t)
+    prob, mean, step = capacity.kv_wait(t)
+    # behind a batch-mate: the longest transfer that may share the NIC
+    assert step.tolist() == [8.0, 16.0, 30.0, 0.0]
     for i, (d, slack) in enumerate([(8.0, 30.0), (16.0, 30.0), (30.0, 6.0)]):
         u = md1_cap_ref(d, slack / (capacity.NIC_SERVERS + 1))
         assert prob[i] == pytest.approx(1 - (1 - u) ** 2, rel=1e-9)  # either NIC busy on arrival
@@ -1337,3 +1339,28 @@ def test_a_use_no_level_admits_moves_to_the_slowest_tier_of_its_shortest_transfe
     assert moved.loc[6, ["level", "decode_bw", "t_kv_ms"]].tolist() == [1, 25.0, pytest.approx(40.0)]
     again = moved.assign(admitted=moved["admitted"] & (moved.index != 6))
     assert _fastest_tier(again) is None  # nothing shorter than 40 ms left
+
+
+def prefill_ttft_p95(state: tuple, kv: capacity.KvWait) -> float:
+    """The TTFT at tail probability 0.05 of a prefill_state with KV waits kv."""
+    return capacity.bisect_limit(
+        lambda lim: capacity.prefill_tail_at(state, lim, kv), np.array([0.05]), np.array([5000.0])
+    )[0]
+
+
+def test_a_batch_mates_kv_transfers_delay_the_last_of_a_full_batch():
+    """A prefill batch of k ends at once and its k transfers leave the NIC one after another: the model
+    puts every request of a batch of k behind k - 1 transfers (KvWait.step), so at a load where batches are
+    full the TTFT at the percentile moves by (b - 1) steps; at b = 1 not at all."""
+    step = 30.0
+    for b, shift in ((4, 3 * step), (1, 0.0)):
+        batches = [1.0, 2.0, 4.0] if b == 4 else [1.0]
+        ttft = [[40.0, 40.0, 40.0], [50.0, 50.0, 50.0], [80.0, 80.0, 80.0]][: len(batches)]
+        cv = capacity.Curves(np.array([batches]), np.array([ttft], float), np.full((1, len(batches), 3), 5.0))
+        rate = np.array([0.9 * b * 1e3 / ttft[-1][0]])  # near full-batch capacity: batches are full
+        state = capacity.prefill_state(rate, cv, np.array([b]), 1.0, horizon=np.array([2000.0]))
+        prob, mean = np.array([0.0]), np.array([0.0])
+        without = capacity.KvWait(prob, mean)
+        with_step = capacity.KvWait(prob, mean, np.array([step]))
+        at = [prefill_ttft_p95(state, kv) for kv in (without, with_step)]
+        assert at[1] - at[0] == pytest.approx(shift, abs=0.02 * step + 1.0), (b, at)

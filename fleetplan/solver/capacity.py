@@ -36,6 +36,7 @@ conservative for pools of several instances.
 
 import dataclasses
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 from scipy.special import ndtr
@@ -162,6 +163,20 @@ class QueueWait:
 # (so the discrete wait is never shorter than the one it stands for). The damping factor DAMP^k makes the
 # mass beyond FFT_LENGTH (aliased back onto the window by the circular transform) count at most 1e-12; undoing
 # it on the window multiplies round-off by at most 1e12^(WAIT_CELLS / FFT_LENGTH) = 1e6 (to ~1e-10).
+class KvWait(NamedTuple):
+    """The KV waits a prefill use's TTFT tail adds: the NIC queueing wait as a zero-or-exponential
+    (probability, conditional mean ms) and `step` (ms, per row; None: none), how long each transfer of a
+    batch-mate ahead of it in its own prefill batch holds the source NIC first. A batch's requests finish
+    together and their transfers leave the instance's NIC one after another (simulator/kv.py), so a
+    request j-th in a batch of k waits (j - 1) steps; the model takes the last place, (k - 1) steps, for
+    every request of a batch of k (`own_service`'s sizes): the j-th of k is at least 1 / k likely, above
+    the tail probability of any p90 or p99 class at the batch sizes profiled."""
+
+    prob: np.ndarray
+    mean: np.ndarray
+    step: np.ndarray | None = None
+
+
 WAIT_CELLS = 256
 FFT_LENGTH = 512
 _DAMP = np.exp(-np.log(1e12) / FFT_LENGTH) ** np.arange(WAIT_CELLS + 1)
@@ -247,13 +262,22 @@ def _mixture_tail(out, m, limit, wait: QueueWait, other, own: tuple) -> None:
     """queue_tail's memoryless rows among `own`'s (b > 1), written into `out`: the service a mixture over
     the batch sizes (`own_service`), the residual that of the batch in service, E[S^2] / (2 E[S]) over
     the batches' sizes."""
-    rows, mixed, mine, batches = own
+    rows, mixed, mine, batches, _ = own
     keep = m[rows]
     rows, mixed, mine, batches = rows[keep], mixed[keep], mine[keep], batches[keep]
     residual = (mixed**2 * batches).sum(axis=1) / (2.0 * (mixed * batches).sum(axis=1))
     mean = wait.scale[rows] * residual * wait.stretch[rows]
     v = (None, None) if other is None else (other[0][rows], other[1][rows])
-    out[rows] = tail(mixed, limit[rows], wait.prob[rows], mean, *v, weights=mine)
+    own_time = own_prefill(own, np.flatnonzero(keep), other)
+    out[rows] = tail(own_time, limit[rows], wait.prob[rows], mean, *v, weights=mine)
+
+
+def own_prefill(own: tuple, at: np.ndarray, kv: tuple | None) -> np.ndarray:
+    """The request's own time to its KV transfer on `own`'s rows `at` (`own_service`): its batch's prefill
+    and, where `kv` has a step (KvWait), (k - 1) steps of its batch-mates' transfers ahead of it."""
+    grid, size = own[1][at], own[4][at]
+    step = getattr(kv, "step", None)
+    return grid if step is None else grid + (size - 1.0) * step[own[0][at], None]
 
 
 def _window(grid, limit, scale, other) -> tuple:
@@ -583,7 +607,9 @@ def own_service(curves, rate, grid, extra_ms, batch, memo=None) -> tuple | None:
         [np.broadcast_to(share[s] * w, (len(multi), len(w))) for s, w in enumerate(points)], axis=1
     )
     theirs = np.concatenate([in_slot[:, s, None] * w[None, :] for s, w in enumerate(points)], axis=1)
-    return multi, np.concatenate(slots, axis=1), mine, theirs
+    # each column's own batch size (own_prefill puts a request behind its batch-mates' KV transfers)
+    size = np.concatenate([np.repeat(sizes[:, s, None], len(w), axis=1) for s, w in enumerate(points)], 1)
+    return multi, np.concatenate(slots, axis=1), mine, theirs, size.astype(float)
 
 
 def _sized_grid(curves, multi: np.ndarray, sizes: np.ndarray, z: np.ndarray, memo: dict | None) -> np.ndarray:
@@ -623,7 +649,7 @@ def chain_tail(state: tuple, chain: list | None, limit_ms, kv, otherwise: np.nda
     for rows, wait_b, window in chain or ():
         if own is not None:
             at = np.searchsorted(own[0], rows)
-            service, weights = own[1][at], own[2][at]
+            service, weights = own_prefill(own, at, kv), own[2][at]
         else:
             service, weights = grid[rows], np.broadcast_to(_W, grid[rows].shape)
         v = None if kv is None else (kv[0][rows], kv[1][rows])
@@ -900,9 +926,10 @@ def link_cap(hold_ms: np.ndarray, allowance_ms: np.ndarray, epsilon: np.ndarray)
     return np.where(ok(mean_cap), mean_cap, bisect_rate(ok, mean_cap))
 
 
-def kv_wait(t: UseTable) -> tuple[np.ndarray, np.ndarray]:
-    """(probability, conditional mean ms) of the KV queueing wait of a use, its two NICs at their caps."""
-    return _two_nic_wait(_nic_u(t), t.t_kv * t.kv_share)
+def kv_wait(t: UseTable) -> KvWait:
+    """The KV waits of a use: the queueing wait of its two NICs at their caps, and behind each batch-mate's
+    transfer the longest that may share its NIC (t_kv x kv_share; KvWait.step)."""
+    return KvWait(*_two_nic_wait(_nic_u(t), t.t_kv * t.kv_share), t.t_kv * t.kv_share)
 
 
 def _nic_u(t: UseTable) -> np.ndarray:
