@@ -44,6 +44,15 @@ def erlang_c_ref(c: int, a: float) -> float:
     return top / (head + top)
 
 
+def md_c_factor_ref(rho: float, c: int, hold_ms: float, epsilon: float) -> float:
+    """A deterministic hold's slot wait mean over M/M/c's: Cosmetatos's M/D/c ratio (at most 1), or 1 where
+    the judged window holds fewer than WINDOW_EPISODES spells of the queue, epsilon x window over the
+    relaxation time H / (c (1 - rho)^2)."""
+    if epsilon * capacity.WINDOW_MS * c * (1 - rho) ** 2 / hold_ms < capacity.WINDOW_EPISODES:
+        return 1.0
+    return min(0.5 * (1 + (1 - rho) * (c - 1) * (math.sqrt(4 + 5 * c) - 2) / (16 * rho * c)), 1.0)
+
+
 def md1_mean_wait(u: float, service_ms: float) -> float:
     """Pollaczek-Khinchine mean wait of M/D/1 at utilization u."""
     return u * (service_ms / 2.0) / (1.0 - u)
@@ -475,16 +484,25 @@ def test_prefill_with_kv_queues_matches_the_closed_form(slo, kv_share):
     assert reserved.kv_slack_ms[0] == pytest.approx(slack, rel=1e-12)
 
 
-def decode_load_ref(slots: int, tbt_ms: float, limit_ms: float, epsilon: float, share: float) -> float:
-    """Offered load a (slot-holding Erlangs) where C(b, a) exp(-(L - tau) (b - a) / (share tau)) = epsilon:
-    with a deterministic step tau the per-token wait has mean share tau / (b - a), whatever the length."""
+def decode_load_ref(
+    slots: int, tbt_ms: float, limit_ms: float, epsilon: float, share: float, steps: int
+) -> float:
+    """Offered load a (slot-holding Erlangs) where C(b, a) exp(-(L - tau) (b - a) / (share tau f)) = epsilon:
+    with a deterministic step tau the per-token wait has mean f share tau / (b - a), whatever the length;
+    f = md_c_factor_ref below the load where the window rule stops holding, 1 above it. The admissible set
+    is every load up to the larger of the M/D/c root (capped by that load) and the M/M/b root."""
 
-    def excess(a):
-        return (
-            erlang_c_ref(slots, a) * math.exp(-(limit_ms - tbt_ms) * (slots - a) / (share * tbt_ms)) - epsilon
-        )
+    def root(deterministic: bool) -> float:
+        def excess(a):
+            f = md_c_factor_ref(a / slots, slots, steps * tbt_ms, 1.0) if deterministic else 1.0
+            wait_mean = f * share * tbt_ms / (slots - a)
+            return erlang_c_ref(slots, a) * math.exp(-(limit_ms - tbt_ms) / wait_mean) - epsilon
 
-    return optimize.brentq(excess, 1e-9, slots - 1e-12, xtol=1e-14)
+        return optimize.brentq(excess, 1e-9, slots - 1e-12, xtol=1e-14)
+
+    window = capacity.WINDOW_EPISODES * steps * tbt_ms / (epsilon * capacity.WINDOW_MS * slots)
+    rule = slots * (1 - math.sqrt(window))
+    return max(min(rule, root(True)), root(False))
 
 
 @pytest.mark.parametrize(
@@ -500,7 +518,7 @@ def test_decode_deterministic_matches_the_erlang_c_closed_form(slots, steps, lim
     tau = 10.0
     cv = curves([float(slots)], [flat(50.0)], [flat(tau)])
     full = slots * 1e3 / ((steps + 1) * tau)  # rD = b / (o TBT)
-    load = decode_load_ref(slots, tau, limit, epsilon, share)
+    load = decode_load_ref(slots, tau, limit, epsilon, share, steps)
     expected = load / (steps * tau / 1e3)
     assert expected < full  # interior: the SLO, not the MILP's full rate, binds
     got = rates_of(
@@ -517,16 +535,17 @@ def test_decode_deterministic_matches_the_erlang_c_closed_form(slots, steps, lim
     assert got[0] == pytest.approx(expected, rel=1e-9)
 
 
-def colocated_ttft_tail(lam, p_ms, tau_ms, steps, limit_ms, share):
+def colocated_ttft_tail(lam, p_ms, tau_ms, steps, limit_ms, share, epsilon=0.05):
     """One batch-1 colocated instance, deterministic prefill P and step tau, at lambda requests/s:
     stall u_p = lambda P, hold H = P + steps tau / (1 - u_p), slot load a = lambda H.
-    TTFT = W + W_p + tau + P: W the slot wait (M/M/1: w.p. a, mean share H / (1 - a)), W_p the prefills
-    ahead (M/D/1's wait at load u_p, residuals of share x P).
+    TTFT = W + W_p + tau + P: W the slot wait (w.p. a, mean f share H / (1 - a): M/M/1's times the
+    deterministic hold's factor, md_c_factor_ref, for a class planned at `epsilon`), W_p the prefills ahead
+    (M/D/1's wait at load u_p, residuals of share x P).
     Returns P(TTFT > limit)."""
     stall = lam * p_ms / 1e3
     hold = p_ms + steps * tau_ms / (1 - stall)
     a = lam * hold / 1e3
-    slot_mean = share * hold / (1 - a)
+    slot_mean = md_c_factor_ref(a, 1, hold, epsilon) * share * hold / (1 - a)
     return md1_plus_exponential_sf(limit_ms - tau_ms - p_ms, stall, share * p_ms, a, slot_mean)
 
 
@@ -913,7 +932,8 @@ def test_decode_prediction_closed_form_at_the_admissible_rate():
     for value, lam in zip(tbt, load, strict=True):
         a = lam * steps * tau / 1e3
         c = erlang_c_ref(slots, a)
-        expected = tau + (tau / (slots - a)) * math.log(c / 0.05) if c > 0.05 else tau
+        f = md_c_factor_ref(a / slots, slots, steps * tau, 0.05)
+        expected = tau + f * (tau / (slots - a)) * math.log(c / 0.05) if c > 0.05 else tau
         assert value == pytest.approx(expected, rel=1e-8)
     assert tbt[1] == pytest.approx(limit, rel=1e-8)
 

@@ -66,6 +66,11 @@ NIC_STEPS = 8  # NIC utilizations tried per prefill use: k/8 of its mean-wait ca
 # is judged on 600 s windows, where the empirical percentile of a class of a few requests/s scatters by
 # tens of ms, and the M/G/1 and Erlang C forms are approximations (docs/formulation.md, "Margin").
 TAIL_MARGIN = 0.5
+# The promise's window (../shared/design/capacity.md: 600 s after the warm-up). A slot wait is planned as
+# M/D/c's (hold_factor) only where that window holds at least WINDOW_EPISODES of the slot queue's
+# independent spells beyond the class's tail: epsilon x window / relaxation time (slot_relaxation_ms)
+WINDOW_MS = 600e3
+WINDOW_EPISODES = 10.0
 
 _Z = np.arange(-5.0, 5.0 + 1e-9, 0.125)
 _W = ndtr(np.append(_Z[1:], np.inf) - 0.0625) - ndtr(np.insert(_Z[:-1], 0, -np.inf) + 0.0625)
@@ -701,16 +706,55 @@ def prefill_admissible(
 # --- decode -----------------------------------------------------------------------------------------------
 
 
-def decode_tail(rate, tbt_grid, hold_ms, slots, steps, limit_ms, share=1.0, servers=None):
-    """P(TPOT > limit) for one decode instance: TPOT = TBT + W / steps, W the M/M/b slot wait (with
-    `servers` = c instances behind join-shortest-queue: waiting with the probability of c b slots all
-    held, `slot_wait_prob`, and then for a slot of its own instance, `queue_stretch`)."""
+def decode_tail(rate, tbt_grid, hold_ms, slots, steps, limit_ms, share=1.0, servers=None, epsilon=None):
+    """P(TPOT > limit) for one decode instance: TPOT = TBT + W / steps, W the slot wait (with `servers` =
+    c instances behind join-shortest-queue: waiting with the probability of c b slots all held,
+    `slot_wait_prob`, and then for a slot of its own instance, `queue_stretch`), its mean as M/M/b's times
+    `hold_factor` for a class planned at tail probability `epsilon` (None: M/M/b's)."""
     load = rate * hold_ms / 1e3
     ok = load < slots
     c = np.where(ok, slot_wait_prob(slots, load, servers), 1.0)
     # share: longest holder ahead; a slot frees every hold / slots, stretched by what is queued
     wait_mean = share * hold_ms / slots * queue_stretch(load / slots, servers) / steps
+    if epsilon is not None:
+        wait_mean = wait_mean * hold_factor(load / slots, slots, hold_cv2(tbt_grid), epsilon, hold_ms)
     return np.where(ok, tail(tbt_grid, limit_ms, c, wait_mean), 1.0)
+
+
+def hold_cv2(grid: np.ndarray) -> np.ndarray:
+    """Squared coefficient of variation of one draw on a service grid: a slot's hold sums many such draws
+    (a decode step each), so this bounds the hold's own from above."""
+    mean, _ = moments(grid)
+    return np.clip((grid**2 @ _W) / np.maximum(mean, 1e-12) ** 2 - 1.0, 0.0, 1.0)
+
+
+def slot_relaxation_ms(rho, slots, cv2, hold_ms) -> np.ndarray:
+    """How long the slot queue of one instance takes to forget where it was (ms): the heavy-traffic
+    relaxation time 2 sigma^2 / delta^2 of its queue length as a reflected Brownian motion, drift delta =
+    c mu (1 - rho) and variance sigma^2 = lambda + c mu cv2 ~ c mu (1 + cv2): (1 + cv2) hold / (c (1 - rho)^2)
+    (Abate and Whitt 1987; for M/M/1 it is 4 / (mu (1 - rho)^2))."""
+    c = np.maximum(np.asarray(slots, dtype=float), 1.0)
+    gap = np.maximum(1.0 - np.asarray(rho, dtype=float), 1e-9)
+    return (1.0 + cv2) * hold_ms / (c * gap**2)
+
+
+def hold_factor(rho, slots, cv2, epsilon, hold_ms) -> np.ndarray:
+    """The slot wait's mean over M/M/b's when holds are near-deterministic (docs/formulation.md, "Slot
+    waits"): Cosmetatos's M/G/c interpolation cv2 + (1 - cv2) W(M/D/c) / W(M/M/c), with W(M/D/c) / W(M/M/c)
+    = (1 + (1 - rho)(c - 1)(sqrt(4 + 5c) - 2) / (16 rho c)) / 2 (Cosmetatos 1976). With Erlang C's
+    probability of waiting kept, the zero-or-exponential wait this gives reaches the exact M/D/c quantiles
+    (Crommelin's chain) within a few percent, most of them above.
+
+    That is the long-run tail; the promise is judged on one window. Where the window holds fewer than
+    WINDOW_EPISODES spells of the queue beyond the tail (epsilon x WINDOW_MS / slot_relaxation_ms: a p99
+    class, or a queue near saturation), its percentile scatters far above the long-run one, and M/M/b's
+    heavier tail is kept (factor 1)."""
+    c = np.maximum(np.asarray(slots, dtype=float), 1.0)
+    rho = np.clip(rho, 1e-9, 1.0 - 1e-9)
+    ratio = 0.5 * (1.0 + (1.0 - rho) * (c - 1.0) * (np.sqrt(4.0 + 5.0 * c) - 2.0) / (16.0 * rho * c))
+    factor = cv2 + (1.0 - cv2) * np.minimum(ratio, 1.0)
+    episodes = epsilon * WINDOW_MS / slot_relaxation_ms(rho, c, cv2, hold_ms)
+    return np.where(episodes >= WINDOW_EPISODES, factor, 1.0)
 
 
 # --- KV transfer queues -------------------------------------------------------------------------------
@@ -864,7 +908,8 @@ def _decode_rates(t: UseTable, curves: Curves, levels: int | None, probe: bool =
     slots = t.batch.astype(np.int64)
 
     def ok(rate):
-        return decode_tail(rate, tbt_grid, hold, slots, steps, t.tbt_slo, t.share, t.servers) <= t.epsilon
+        tail_ = decode_tail(rate, tbt_grid, hold, slots, steps, t.tbt_slo, t.share, t.servers, t.epsilon)
+        return tail_ <= t.epsilon
 
     return np.where(t.steps > 0, bisect_rate(ok, t.rate, levels, REFINE, probe), t.rate)
 
@@ -899,7 +944,10 @@ def _colocated_waits(t: UseTable, curves, rate, grid, n, hold, slots, full_mean=
     ahead (`batch_wait`, as for a prefill instance; prefill-first scheduling runs one batch at a time)."""
     load = rate * hold / 1e3
     slot_prob = slot_wait_prob(slots, load, t.servers)
-    slot_mean = t.share * hold / slots * queue_stretch(load / slots, t.servers)
+    # the hold: a prefill and the decode steps, each draw's spread bounding the sum's (hold_cv2)
+    cv2 = np.maximum(hold_cv2(grid), hold_cv2(service_grid(curves.at("tbt", t.batch))))
+    factor = hold_factor(load / slots, slots, cv2, t.epsilon, hold)
+    slot_mean = t.share * hold / slots * queue_stretch(load / slots, t.servers) * factor
     return (slot_prob, slot_mean), batch_wait(rate, curves, t.batch, n, grid, t.share, full_mean, t.servers)
 
 
@@ -1014,12 +1062,12 @@ def predict(t: UseTable, curves: Curves, rate: np.ndarray) -> tuple[np.ndarray, 
         s, c = take_rows(t, dec), take_rows(curves, dec)
         grid = service_grid(c.at("tbt", s.batch))
         hold = s.steps * moments(grid)[0]
-        slots = s.batch.astype(np.int64)
-        tbt[dec] = bisect_limit(
-            lambda lim: decode_tail(rate[dec], grid, hold, slots, s.steps, lim, s.share, s.servers),
-            s.epsilon,
-            20.0 * s.tbt_slo + 1e3,
-        )
+        slots, lam = s.batch.astype(np.int64), rate[dec]
+
+        def tpot_tail(lim):
+            return decode_tail(lam, grid, hold, slots, s.steps, lim, s.share, s.servers, s.epsilon)
+
+        tbt[dec] = bisect_limit(tpot_tail, s.epsilon, 20.0 * s.tbt_slo + 1e3)
     col = t.role == "colocated"
     if col.any():
         ttft[col], tbt[col] = _predict_colocated(take_rows(t, col), take_rows(curves, col), rate[col])
