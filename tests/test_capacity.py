@@ -1368,19 +1368,51 @@ def prefill_ttft_p95(state: tuple, kv: capacity.KvWait) -> float:
     )[0]
 
 
-def test_a_batch_mates_kv_transfers_delay_the_last_of_a_full_batch():
-    """A prefill batch of k ends at once and its k transfers leave the NIC one after another: the model
-    puts every request of a batch of k behind k - 1 transfers (KvWait.step), so at a load where batches are
-    full the TTFT at the percentile moves by (b - 1) steps; at b = 1 not at all."""
+def test_a_batch_mates_kv_transfers_delay_a_request_by_its_place():
+    """A prefill batch of k ends at once and its k transfers leave the NIC one after another: the j-th of k
+    waits j - 1 transfers (KvWait.step), each place 1 / k likely; at a load where batches are mostly full,
+    the TTFT at the percentile moves by more than nothing and less than the last place's (b - 1) steps; at
+    b = 1 not at all."""
     step = 30.0
-    for b, shift in ((4, 3 * step), (1, 0.0)):
+    for b in (4, 1):
         batches = [1.0, 2.0, 4.0] if b == 4 else [1.0]
         ttft = [[40.0, 40.0, 40.0], [50.0, 50.0, 50.0], [80.0, 80.0, 80.0]][: len(batches)]
         cv = capacity.Curves(np.array([batches]), np.array([ttft], float), np.full((1, len(batches), 3), 5.0))
-        rate = np.array([0.9 * b * 1e3 / ttft[-1][0]])  # near full-batch capacity: batches are full
+        rate = np.array([0.9 * b * 1e3 / ttft[-1][0]])  # near full-batch capacity: batches are mostly full
         state = capacity.prefill_state(rate, cv, np.array([b]), 1.0, horizon=np.array([2000.0]))
         prob, mean = np.array([0.0]), np.array([0.0])
         without = capacity.KvWait(prob, mean)
         with_step = capacity.KvWait(prob, mean, np.array([step]))
         at = [prefill_ttft_p95(state, kv) for kv in (without, with_step)]
-        assert at[1] - at[0] == pytest.approx(shift, abs=0.02 * step + 1.0), (b, at)
+        if b == 1:
+            assert at[1] == pytest.approx(at[0], abs=1e-6)
+        else:
+            assert at[0] + 0.5 * step < at[1] < at[0] + (b - 1) * step, at
+
+
+def test_own_prefill_spreads_a_request_over_its_places_in_the_batch():
+    """PLACE_GROUPS groups of places, each at its last place: exact for k <= 4, long beyond."""
+    grid = np.array([[100.0, 200.0], [100.0, 200.0], [100.0, 200.0]])
+    weights = np.array([[0.5, 0.5], [0.5, 0.5], [0.5, 0.5]])
+    size = np.array([[4.0, 4.0], [2.0, 2.0], [8.0, 8.0]])
+    own = (np.arange(3), grid, weights, weights, size)
+    kv = capacity.KvWait(np.zeros(3), np.zeros(3), np.full(3, 10.0))
+    shifted, shares = capacity.own_prefill(own, np.arange(3), kv)
+    assert shifted.shape == shares.shape == (3, 2 * capacity.PLACE_GROUPS)
+
+    def places(row):  # shift, share, ... of the service point 100 ms, places with no share left out
+        pts = zip(shifted[row, ::2] - 100.0, shares[row, ::2], strict=True)
+        return [v for d, w in pts if w > 0 for v in (d, w)]
+
+    assert places(0) == pytest.approx([0.0, 0.125, 10.0, 0.125, 20.0, 0.125, 30.0, 0.125])
+    assert places(1) == pytest.approx([0.0, 0.25, 10.0, 0.25])  # a batch of two: first or second
+    assert places(2) == pytest.approx([10.0, 0.125, 30.0, 0.125, 50.0, 0.125, 70.0, 0.125])
+    assert shares.sum(axis=1) == pytest.approx(weights.sum(axis=1))
+    # no step, or only zero steps: the grid as it was
+    for none in (
+        capacity.KvWait(np.zeros(3), np.zeros(3)),
+        capacity.KvWait(np.zeros(3), np.zeros(3), np.zeros(3)),
+    ):
+        same, w = capacity.own_prefill(own, np.arange(3), none)
+        assert same is grid or np.array_equal(same, grid)
+        assert np.array_equal(w, weights)

@@ -173,15 +173,14 @@ class KvWait(NamedTuple):
     (probability, conditional mean ms) and `step` (ms, per row; None: none), how long each transfer of a
     batch-mate ahead of it in its own prefill batch holds the source NIC first. A batch's requests finish
     together and their transfers leave the instance's NIC one after another (simulator/kv.py), so a
-    request j-th in a batch of k waits (j - 1) steps; the model takes the last place, (k - 1) steps, for
-    every request of a batch of k (`own_service`'s sizes): the j-th of k is at least 1 / k likely, above
-    the tail probability of any p90 or p99 class at the batch sizes profiled."""
+    request j-th in a batch of k waits (j - 1) steps, each place 1 / k likely (`own_prefill`)."""
 
     prob: np.ndarray
     mean: np.ndarray
     step: np.ndarray | None = None
 
 
+PLACE_GROUPS = 4  # a request's place in its prefill batch, for its batch-mates' KV transfers (own_prefill)
 WAIT_CELLS = 256
 FFT_LENGTH = 512
 _DAMP = np.exp(-np.log(1e12) / FFT_LENGTH) ** np.arange(WAIT_CELLS + 1)
@@ -273,16 +272,26 @@ def _mixture_tail(out, m, limit, wait: QueueWait, other, own: tuple) -> None:
     residual = (mixed**2 * batches).sum(axis=1) / (2.0 * (mixed * batches).sum(axis=1))
     mean = wait.scale[rows] * residual * wait.stretch[rows]
     v = (None, None) if other is None else (other[0][rows], other[1][rows])
-    own_time = own_prefill(own, np.flatnonzero(keep), other)
+    own_time, mine = own_prefill(own, np.flatnonzero(keep), other)
     out[rows] = tail(own_time, limit[rows], wait.prob[rows], mean, *v, weights=mine)
 
 
-def own_prefill(own: tuple, at: np.ndarray, kv: tuple | None) -> np.ndarray:
-    """The request's own time to its KV transfer on `own`'s rows `at` (`own_service`): its batch's prefill
-    and, where `kv` has a step (KvWait), (k - 1) steps of its batch-mates' transfers ahead of it."""
-    grid, size = own[1][at], own[4][at]
+def own_prefill(own: tuple, at: np.ndarray, kv: tuple | None) -> tuple[np.ndarray, np.ndarray]:
+    """(grid, weights): the request's own time to its KV transfer on `own`'s rows `at` (`own_service`),
+    its batch's prefill and, where `kv` has a step (KvWait), the steps of its batch-mates' transfers ahead
+    of it. The j-th of a batch of k waits j - 1 steps, each place 1 / k likely: the places are taken in
+    PLACE_GROUPS groups of equal share, each at its last place (exact up to k = PLACE_GROUPS, long
+    beyond), so the grid is PLACE_GROUPS copies of the service's, shifted, side by side."""
+    grid, weights, size = own[1][at], own[2][at], own[4][at]
     step = getattr(kv, "step", None)
-    return grid if step is None else grid + (size - 1.0) * step[own[0][at], None]
+    if step is None or not (step[own[0][at]] > 0).any():
+        return grid, weights
+    step = step[own[0][at], None]
+    upper = [np.ceil((g + 1) * size / PLACE_GROUPS) for g in range(PLACE_GROUPS)]
+    lower = [np.zeros_like(size), *upper[:-1]]
+    shifted = [grid + (u - 1.0) * step for u in upper]
+    shares = [weights * (u - lo) / size for u, lo in zip(upper, lower, strict=True)]
+    return np.concatenate(shifted, axis=1), np.concatenate(shares, axis=1)
 
 
 def _window(grid, limit, scale, other) -> tuple:
@@ -654,7 +663,7 @@ def chain_tail(state: tuple, chain: list | None, limit_ms, kv, otherwise: np.nda
     for rows, wait_b, window in chain or ():
         if own is not None:
             at = np.searchsorted(own[0], rows)
-            service, weights = own_prefill(own, at, kv), own[2][at]
+            service, weights = own_prefill(own, at, kv)
         else:
             service, weights = grid[rows], np.broadcast_to(_W, grid[rows].shape)
         v = None if kv is None else (kv[0][rows], kv[1][rows])
