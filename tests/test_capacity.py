@@ -535,17 +535,16 @@ def test_decode_deterministic_matches_the_erlang_c_closed_form(slots, steps, lim
     assert got[0] == pytest.approx(expected, rel=1e-9)
 
 
-def colocated_ttft_tail(lam, p_ms, tau_ms, steps, limit_ms, share, epsilon=0.05):
+def colocated_ttft_tail(lam, p_ms, tau_ms, steps, limit_ms, share):
     """One batch-1 colocated instance, deterministic prefill P and step tau, at lambda requests/s:
     stall u_p = lambda P, hold H = P + steps tau / (1 - u_p), slot load a = lambda H.
-    TTFT = W + W_p + tau + P: W the slot wait (w.p. a, mean f share H / (1 - a): M/M/1's times the
-    deterministic hold's factor, md_c_factor_ref, for a class planned at `epsilon`), W_p the prefills ahead
-    (M/D/1's wait at load u_p, residuals of share x P).
+    TTFT = W + W_p + tau + P: W the slot wait (M/M/1: w.p. a, mean share H / (1 - a); colocated slots keep
+    M/M/b's form), W_p the prefills ahead (M/D/1's wait at load u_p, residuals of share x P).
     Returns P(TTFT > limit)."""
     stall = lam * p_ms / 1e3
     hold = p_ms + steps * tau_ms / (1 - stall)
     a = lam * hold / 1e3
-    slot_mean = md_c_factor_ref(a, 1, hold, epsilon) * share * hold / (1 - a)
+    slot_mean = share * hold / (1 - a)
     return md1_plus_exponential_sf(limit_ms - tau_ms - p_ms, stall, share * p_ms, a, slot_mean)
 
 

@@ -748,11 +748,11 @@ def slot_relaxation_ms(rho, slots, cv2, hold_ms) -> np.ndarray:
 
 
 def hold_factor(rho, slots, cv2, epsilon, hold_ms) -> np.ndarray:
-    """The slot wait's mean over M/M/b's when holds are near-deterministic (docs/formulation.md, "Slot
-    waits"): Cosmetatos's M/G/c interpolation cv2 + (1 - cv2) W(M/D/c) / W(M/M/c), with W(M/D/c) / W(M/M/c)
-    = (1 + (1 - rho)(c - 1)(sqrt(4 + 5c) - 2) / (16 rho c)) / 2 (Cosmetatos 1976). With Erlang C's
-    probability of waiting kept, the zero-or-exponential wait this gives reaches the exact M/D/c quantiles
-    (Crommelin's chain) within a few percent, most of them above.
+    """The decode slot wait's mean over M/M/b's when holds are near-deterministic (docs/formulation.md,
+    "Slot waits"): Cosmetatos's M/G/c interpolation cv2 + (1 - cv2) W(M/D/c) / W(M/M/c), with
+    W(M/D/c) / W(M/M/c) = (1 + (1 - rho)(c - 1)(sqrt(4 + 5c) - 2) / (16 rho c)) / 2 (Cosmetatos 1976).
+    With Erlang C's probability of waiting kept, the zero-or-exponential wait this gives reaches the exact
+    M/D/c quantiles (Crommelin's chain) within a few percent, most of them above.
 
     That is the long-run tail; the promise is judged on one window. Where the window holds fewer than
     WINDOW_EPISODES spells of the queue beyond the tail (epsilon x WINDOW_MS / slot_relaxation_ms: a p99
@@ -953,10 +953,10 @@ def _colocated_waits(t: UseTable, curves, rate, grid, n, hold, slots, full_mean=
     ahead (`batch_wait`, as for a prefill instance; prefill-first scheduling runs one batch at a time)."""
     load = rate * hold / 1e3
     slot_prob = slot_wait_prob(slots, load, t.servers)
-    # the hold: a prefill and the decode steps, each draw's spread bounding the sum's (hold_cv2)
-    cv2 = np.maximum(hold_cv2(grid), hold_cv2(service_grid(curves.at("tbt", t.batch))))
-    factor = hold_factor(load / slots, slots, cv2, t.epsilon, hold)
-    slot_mean = t.share * hold / slots * queue_stretch(load / slots, t.servers) * factor
+    # M/M/b's mean, not hold_factor's: the colocated TTFT is optimistic near its knee already (gen-26's
+    # p90 class on a batch-4 TPU v5e at 4.09 requests/s: predicted 222 ms, 261 over 6000 s simulated;
+    # with the factor 179), docs/formulation.md, "Slot waits"
+    slot_mean = t.share * hold / slots * queue_stretch(load / slots, t.servers)
     return (slot_prob, slot_mean), batch_wait(rate, curves, t.batch, n, grid, t.share, full_mean, t.servers)
 
 
