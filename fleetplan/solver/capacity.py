@@ -15,10 +15,13 @@ class's SLO still holds at its percentile q, with the waits included:
   by FFT on the TTFT window; for b > 1 the smaller tail of two forms: the residual taken as memoryless
   (zero-or-exponential of mean r_b / (1 - rho_b), r_b = E[S^2] / (2 E[S])) and, for one instance, the
   bulk-service queue's own wait (fleetplan/solver/bulk.py: an embedded Markov chain at batch starts).
-  TTFT = W + S + t_kv + W_kv must stay <= slo.ttft_ms with probability q.
+  TTFT = W + S + t_kv + W_kv must stay <= slo.ttft_ms with probability q, W_kv including the transfers of
+  the batch-mates ahead of it (`KvWait`).
 - decode: an instance has b slots held for (o - 1) steps of TBT(b): an M/G/b queue; a request waits for a
-  slot with the Erlang C probability C(b, a) and then an exponential time of rate (b - a) / H. The wait
-  stretches its mean inter-token gap: TPOT = TBT + W / (o - 1) <= slo.tbt_ms with probability q.
+  slot with the Erlang C probability C(b, a) and then an exponential time of rate (b - a) / H, its mean
+  shortened to M/D/c's where the holds are near-deterministic and the judged window holds enough of the
+  queue's spells (`hold_factor`). The wait stretches its mean inter-token gap: TPOT = TBT + W / (o - 1)
+  <= slo.tbt_ms with probability q.
 - colocated: b slots held for a prefill plus (o - 1) decode steps stretched by prefill stalls; prefill-first
   scheduling stalls running decodes for a fraction u_p of the time, so TPOT = TBT / (1 - u_p), and a new
   request waits for a slot (Erlang C) and for the current step before its prefill.
@@ -164,10 +167,6 @@ class QueueWait:
     memoryless: np.ndarray
 
 
-# The exact wait is computed on the window [0, limit] in WAIT_CELLS cells, each mass at its cell's upper end
-# (so the discrete wait is never shorter than the one it stands for). The damping factor DAMP^k makes the
-# mass beyond FFT_LENGTH (aliased back onto the window by the circular transform) count at most 1e-12; undoing
-# it on the window multiplies round-off by at most 1e12^(WAIT_CELLS / FFT_LENGTH) = 1e6 (to ~1e-10).
 class KvWait(NamedTuple):
     """The KV waits a prefill use's TTFT tail adds: the NIC queueing wait as a zero-or-exponential
     (probability, conditional mean ms) and `step` (ms, per row; None: none), how long each transfer of a
@@ -181,6 +180,12 @@ class KvWait(NamedTuple):
 
 
 PLACE_GROUPS = 4  # a request's place in its prefill batch, for its batch-mates' KV transfers (own_prefill)
+
+
+# The exact wait is computed on the window [0, limit] in WAIT_CELLS cells, each mass at its cell's upper end
+# (so the discrete wait is never shorter than the one it stands for). The damping factor DAMP^k makes the
+# mass beyond FFT_LENGTH (aliased back onto the window by the circular transform) count at most 1e-12; undoing
+# it on the window multiplies round-off by at most 1e12^(WAIT_CELLS / FFT_LENGTH) = 1e6 (to ~1e-10).
 WAIT_CELLS = 256
 FFT_LENGTH = 512
 _DAMP = np.exp(-np.log(1e12) / FFT_LENGTH) ** np.arange(WAIT_CELLS + 1)
@@ -731,8 +736,8 @@ def decode_tail(rate, tbt_grid, hold_ms, slots, steps, limit_ms, share=1.0, serv
 
 
 def hold_cv2(grid: np.ndarray) -> np.ndarray:
-    """Squared coefficient of variation of one draw on a service grid: a slot's hold sums many such draws
-    (a decode step each), so this bounds the hold's own from above."""
+    """Squared coefficient of variation of one draw on a service grid: a slot's hold sums its decode
+    segments' times, each one draw (simulator/engine.py, start_segment), so this bounds the hold's own."""
     mean, _ = moments(grid)
     return np.clip((grid**2 @ _W) / np.maximum(mean, 1e-12) ** 2 - 1.0, 0.0, 1.0)
 
