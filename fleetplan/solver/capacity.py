@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 import numpy as np
-from scipy.special import ndtr
+from scipy.special import betainc, ndtr
 
 from fleetplan.profiler.latency import quantile_ms, quantile_params_array
 from fleetplan.solver import bulk
@@ -74,6 +74,14 @@ TAIL_MARGIN = 0.5
 # independent spells beyond the class's tail: epsilon x window / relaxation time (slot_relaxation_ms)
 WINDOW_MS = 600e3
 WINDOW_EPISODES = 10.0
+# A prefill queue's requests above a level come in bursts, so their count in one window scatters far beyond
+# a binomial count: a p99 class planned at p99.5 on one instance fails a window 9-16% of the time (loads
+# 0.5-0.8; bench/window_scatter.py). Its planned tail is also held to what keeps one window's count above
+# the SLO's tail at most WINDOW_DELTA likely (window_margin), the count a negative binomial of index of
+# dispersion 1 + WINDOW_DISPERSION (1 + cv2) / (1 - U)^3 (U the server's busy fraction; the coefficient
+# measured there, docs/formulation.md "Margin")
+WINDOW_DELTA = 0.05
+WINDOW_DISPERSION = 0.45
 
 _Z = np.arange(-5.0, 5.0 + 1e-9, 0.125)
 _W = ndtr(np.append(_Z[1:], np.inf) - 0.0625) - ndtr(np.insert(_Z[:-1], 0, -np.inf) + 0.0625)
@@ -699,20 +707,24 @@ def prefill_admissible(
     servers=None,
     mixture=True,
     probe=False,
+    window=None,
 ):
     """Largest per-instance rate (requests/s) keeping P(TTFT > limit) <= epsilon (on the grid k / levels
     of full_rate when `levels` is given). `mixture` as prefill_tail's: false only where the rate ranks
-    alternatives and is not itself admitted (nic_utilization's trials)."""
+    alternatives and is not itself admitted (nic_utilization's trials). `window`: the class's requests
+    in one judged window, where known (after the MILP: fleetplan/solver/window.py); epsilon is then
+    tightened where that window's percentile would scatter beyond it (`window_epsilon`)."""
     full_mean = full_batch_mean(curves, batch)
 
     memo: dict = {}  # at b = 1 the service, limit, share and KV wait are the same at every rate
     grids: dict = {}  # at b > 1 the service grid at each whole batch size (own_service)
 
     def ok(rate):
+        planned = epsilon if window is None else window_epsilon(epsilon, rate, curves, batch, window)
         tail_ = prefill_tail(
-            rate, curves, batch, limit_ms, kv, share, full_mean, servers, memo, grids, mixture, epsilon
+            rate, curves, batch, limit_ms, kv, share, full_mean, servers, memo, grids, mixture, planned
         )
-        return tail_ <= epsilon
+        return tail_ <= planned
 
     return bisect_rate(ok, full_rate, levels, probe=probe)
 
@@ -771,6 +783,52 @@ def hold_factor(rho, slots, cv2, epsilon, hold_ms) -> np.ndarray:
     return np.where(episodes >= WINDOW_EPISODES, factor, 1.0)
 
 
+def window_dispersion(busy: np.ndarray, cv2: np.ndarray) -> np.ndarray:
+    """Variance over mean of the count of one queue's requests above a high level in one window: 1 for
+    independent exceedances; behind a FIFO server at busy fraction U they cluster into congestion episodes,
+    1 + WINDOW_DISPERSION (1 + cv2) / (1 - U)^3 (the (1 + cv2) of the heavy-traffic variance; the power and
+    the coefficient measured by bench/window_scatter.py on M/G/1 with the profiles' lognormal and with
+    exponential service, U 0.47-0.75: within 25% of the measured index)."""
+    gap = np.maximum(1.0 - np.asarray(busy, dtype=float), 1e-3)
+    return 1.0 + WINDOW_DISPERSION * (1.0 + np.asarray(cv2, dtype=float)) / gap**3
+
+
+def window_breaks(mean: np.ndarray, dispersion: np.ndarray, allowed: np.ndarray) -> np.ndarray:
+    """P(count > allowed) for a negative binomial count of this mean and variance over mean (> 1):
+    r = mean / (D - 1) successes at probability 1 / D, P(X > k) = I_{1 - 1/D}(k + 1, r)."""
+    d = np.maximum(np.asarray(dispersion, dtype=float), 1.0 + 1e-9)
+    r = np.maximum(np.asarray(mean, dtype=float), 1e-12) / (d - 1.0)
+    return betainc(np.floor(allowed) + 1.0, r, 1.0 - 1.0 / d)
+
+
+def window_margin(dispersion: np.ndarray, requests: np.ndarray, tail: np.ndarray) -> np.ndarray:
+    """The largest m in (0, 1] (to 2^-20) with P(count > tail N) <= WINDOW_DELTA when N requests of a
+    window see the level with probability m tail each (the count `window_breaks`'s, mean m tail N)."""
+    allowed = np.asarray(tail, dtype=float) * np.asarray(requests, dtype=float)
+    lo, hi = np.zeros(allowed.shape), np.ones(allowed.shape)
+    for _ in range(20):
+        mid = 0.5 * (lo + hi)
+        ok = window_breaks(mid * allowed, dispersion, allowed) <= WINDOW_DELTA
+        lo, hi = np.where(ok, mid, lo), np.where(ok, hi, mid)
+    return lo
+
+
+def window_epsilon(epsilon, rate, curves, batch, requests) -> np.ndarray:
+    """A prefill use's planned tail probability at `rate` when its class has `requests` requests in one
+    judged window: `epsilon` (TAIL_MARGIN of the class's tail) or less, where that window's count above the
+    level would exceed the class's tail more than WINDOW_DELTA of the time (`window_margin`). Its index of
+    dispersion is taken at the load against full-batch capacity, rho_b = rate E[S(b)] / b (batch_wait's:
+    a batching server is busy at any load while its batches fill, but its queue builds, and its episodes
+    last, only as rho_b nears 1; at b = 1 it is the busy fraction), with the squared CV of one full batch's
+    draw. Only ever tightens the margin, which also covers the model's approximations."""
+    batch = np.asarray(batch, dtype=float)
+    grid = service_grid(curves.at("ttft", batch))
+    rho_b = np.clip(np.asarray(rate, dtype=float) * moments(grid)[0] / (1e3 * batch), 0.0, 1.0)
+    tail = np.asarray(epsilon, dtype=float) / TAIL_MARGIN
+    margin = window_margin(window_dispersion(rho_b, hold_cv2(grid)), requests, tail)
+    return np.minimum(epsilon, margin * tail)
+
+
 # --- KV transfer queues -------------------------------------------------------------------------------
 
 
@@ -809,6 +867,9 @@ class UseTable:
     nic_u: np.ndarray | None = None
     # instances behind join-shortest-queue in the use's pool (None: one; the MILP plans per instance)
     servers: np.ndarray | None = None
+    # the class's requests in one judged window (served rps x WINDOW_MS), known once a plan exists (None:
+    # the MILP's admission, which plans at TAIL_MARGIN alone; window_epsilon)
+    window: np.ndarray | None = None
 
 
 def with_kv_reserve(t: UseTable, curves: Curves) -> UseTable:
@@ -909,8 +970,9 @@ def _prefill_rates(t: UseTable, curves: Curves, levels: int | None, probe: bool 
     # share of the reserve is taken off the limit
     limit = t.ttft_slo - t.t_kv - link_reserve(t)
     kv = kv_wait(t)
+    window = t.window
     return prefill_admissible(
-        curves, t.batch, limit, t.epsilon, t.rate, kv, t.share, levels, t.servers, probe=probe
+        curves, t.batch, limit, t.epsilon, t.rate, kv, t.share, levels, t.servers, probe=probe, window=window
     )
 
 
