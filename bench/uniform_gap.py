@@ -37,7 +37,7 @@ from fleetplan.solver.candidates import build_candidates
 from fleetplan.solver.formulation import KEY, build_matrix, instance_units
 from fleetplan.solver.optimize import optimize_fixed
 from fleetplan.solver.pipeline import plan, resolve_profiles
-from fleetplan.solver.pooled import pool_credit
+from fleetplan.solver.window import settle
 
 ROOT = Path(__file__).resolve().parent.parent
 LATEST = ROOT / "bench" / "results" / "fidelity-latest.json"
@@ -75,7 +75,7 @@ def fleet_under_model(request: PlanRequest, counts: dict[tuple, int]) -> dict:
         return {"milp": None, "credited": None, "missing": sorted(map(str, counts))}
     goodput = outcome.form.objectives["goodput"]
     milp = float(goodput @ outcome.values)
-    _, credited = pool_credit(request, cand, outcome)
+    _, credited = settle(request, cand, outcome)
     offered = {_plain(k) for k in keys}
     return {
         "milp": milp,

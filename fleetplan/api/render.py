@@ -73,7 +73,7 @@ def objective_text(plan: Plan) -> str:
 
 def _pooled(plan: Plan) -> bool:
     stages = plan.solver.stages if plan.solver is not None else None
-    return bool(stages) and stages[-1].step == "pooled"
+    return bool(stages) and any(s.step == "pooled" for s in stages)
 
 
 def summary_line(plan: Plan) -> str:

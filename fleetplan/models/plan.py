@@ -213,7 +213,7 @@ class Baselines(Base):
     greedy: GreedyBaseline
 
 
-StageStep = Literal["relaxation", "start", "neighbourhood", "primary", "tie_break", "pooled"]
+StageStep = Literal["relaxation", "start", "neighbourhood", "primary", "tie_break", "pooled", "window"]
 StageKind = Literal["lp", "submip", "mip"]
 
 
@@ -222,8 +222,10 @@ class StageRecord(Base):
 
     `step`: "relaxation" (the LP relaxation through every stage), "start" (the sub-MIP that seeds the MIP,
     or the LP with its rounded instances fixed), "primary" (the first stage's MIP), "tie_break" (a later
-    stage, the earlier ones locked) or "pooled" (the goodput LP with the instance counts fixed and the
-    credit of pools of several instances, solver/pooled.py). `stage` is the objective solved ("goodput",
+    stage, the earlier ones locked), "pooled" (the goodput LP with the instance counts fixed and the
+    credit of pools of several instances, solver/pooled.py) or "window" (that LP again with the prefill
+    pools' headroom lowered where one judged window would break a class too often,
+    solver/window.py). `stage` is the objective solved ("goodput",
     "cost", "phi"). `kind`: "lp", "submip" (the MIP boxed around the LP solutions) or "mip" ("lp" for a
     stage without integers).
     `ms` is the call's wall time; `ended_ms` when it returned, in ms from the optimizer's entry (matrix

@@ -436,13 +436,18 @@ def _use_arrays(cand: "Candidates") -> tuple:
     return kept_on(cand, "use_arrays", (uses,), build)
 
 
-def pooled_rho(cand: "Candidates", rows: np.ndarray, servers: np.ndarray) -> np.ndarray:
+def pooled_rho(
+    cand: "Candidates", rows: np.ndarray, servers: np.ndarray, window: np.ndarray | None = None
+) -> np.ndarray:
     """The admissible utilization of the uses at positions `rows` of cand.uses (on the LEVEL_STEP grid, a
     decode use's to 1 / 160 of it, capped by max_utilization) when each one's pool runs `servers` instances
     behind join-shortest-queue and carries exactly these uses (`pool_queues`), at the NIC utilization the
     MILP planned for them. Only the waits for a prefill batch and for a decode slot pool over the instances
-    (capacity.pooled_wait_prob, slot_wait_prob, queue_stretch)."""
+    (capacity.pooled_wait_prob, slot_wait_prob, queue_stretch). `window`: per use, its class's requests in
+    one judged window, for the window guard (solver/window.py; capacity.window_epsilon)."""
     t, curves = pool_queues(cand, rows, servers)
+    if window is not None:
+        t = dataclasses.replace(t, window=np.asarray(window, dtype=float))
     return _capped(capacity.rates(t, curves, capacity.LEVELS) / t.rate, cand.request.options)
 
 

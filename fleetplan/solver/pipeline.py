@@ -22,8 +22,8 @@ from fleetplan.solver.deadline import Deadline
 from fleetplan.solver.formulation import Churn, pool_cost, previous_instances
 from fleetplan.solver.memo import per_table
 from fleetplan.solver.optimize import Outcome, optimize
-from fleetplan.solver.pooled import pool_credit
 from fleetplan.solver.verify import verify
+from fleetplan.solver.window import settle
 
 _STATUS = {
     Termination.OPTIMAL: "optimal",
@@ -101,7 +101,7 @@ def plan(
     objective = request.options.objective
     outcome, status = _solve(_within(request, deadline), cand)
     if outcome is not None:
-        cand, outcome = pool_credit(request, cand, outcome, deadline)
+        cand, outcome = settle(request, cand, outcome, deadline)
     _check(deadline, "the solve")
     values = outcome.values if outcome else None
 

@@ -29,7 +29,7 @@ import time
 import numpy as np
 import pandas as pd
 
-from fleetplan.models.plan import PlanRequest, StageRecord
+from fleetplan.models.plan import PlanRequest, StageRecord, StageStep
 from fleetplan.solver.backends import Sense, SolveResult, get_backend
 from fleetplan.solver.candidates import Candidates
 from fleetplan.solver.deadline import Deadline
@@ -85,7 +85,7 @@ def pool_credit(
         outcome,
         values=best.result.values,
         solve_ms=outcome.solve_ms + ms,
-        stages=(*outcome.stages, *_records(outcome, calls)),
+        stages=(*outcome.stages, *stage_records(outcome, calls, "pooled")),
     )
     pools = cand.pools.assign(rho=best.rho, pooled=np.where(best.raised, best.x, 1))
     return dataclasses.replace(cand, pools=pools), new_outcome
@@ -125,7 +125,7 @@ def _credited(
     lifted = raised | (x > integers[: cols.n_pools])
     integers[: cols.n_pools] = x
     flow_hi = np.where(lifted[cand.uses["pool"].to_numpy()], use_demand(cand), np.nan)
-    form = _fixed_form(outcome.form, cols, integers, new_rho, raised, blocked, flow_hi)
+    form = fixed_form(outcome.form, cols, integers, new_rho, raised, blocked, flow_hi)
     goodput = outcome.form.objectives["goodput"]
     options = cand.request.options
     began = time.perf_counter()
@@ -199,16 +199,19 @@ def _merged(
     return merged_x, merged_carrying
 
 
-def _records(outcome: Outcome, calls: list[tuple[SolveResult, float]]) -> list[StageRecord]:
-    """A StageRecord per LP of the pass, in order: step "pooled", the goodput LP, timed from the end of the
-    MILP's last call. The plan kept is the one of the largest objective."""
+def stage_records(
+    outcome: Outcome, calls: list[tuple[SolveResult, float]], step: StageStep
+) -> list[StageRecord]:
+    """A StageRecord per LP of a pass after the MILP, in order: `step` ("pooled": this module's, the plan
+    kept the one of the largest objective; "window": solver/window.py's), the goodput LP, timed from the end
+    of the last call before it."""
     ended = outcome.stages[-1].ended_ms if outcome.stages else outcome.build_ms
     records = []
     for result, ms in calls:
         ended += ms
         records.append(
             StageRecord(
-                step="pooled",
+                step=step,
                 stage="goodput",
                 kind="lp",
                 ms=round(ms, 3),
@@ -246,7 +249,7 @@ def _pooled_pool_rho(
     return new, raised, raised[pool] & ~carrying
 
 
-def _fixed_form(
+def fixed_form(
     form: MatrixForm,
     cols,
     integers: np.ndarray,

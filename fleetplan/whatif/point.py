@@ -38,7 +38,7 @@ from fleetplan.solver.backends import Termination, relative_gap
 from fleetplan.solver.candidates import Candidates, build_candidates, check_profiles_cover, device_table
 from fleetplan.solver.formulation import pool_cost, with_matrix_memo
 from fleetplan.solver.optimize import Outcome, optimize, optimize_above, optimize_from
-from fleetplan.solver.pooled import pool_credit
+from fleetplan.solver.window import settle
 from fleetplan.whatif.grid import one_more, shares_candidates, variant, widened
 
 _STATUS = {
@@ -379,15 +379,15 @@ def solve_request(request: PlanRequest, cand: Candidates, start: np.ndarray | No
 
 
 def summarize(request: PlanRequest, cand: Candidates, outcome: Outcome, status: str) -> Solved:
-    """A solved request's summary: the pooled credit applied as solver.plan applies it, then the point's
-    numbers; the MILP's own vector and value are kept for the neighbours."""
+    """A solved request's summary: the pooled credit and the window guard applied as solver.plan applies
+    them, then the point's numbers; the MILP's own vector and value are kept for the neighbours."""
     # the MILP's own vector warm-starts the neighbours (the credited one breaks their capacity rows)
     milp_values = outcome.values
     objective = outcome.primary_value
     instances = np.round(milp_values[: outcome.columns.n_pools])
     spend = float(pool_cost(cand) @ instances)
     demand = float(cand.classes["rate_rps"].sum())
-    cand, outcome = pool_credit(request, cand, outcome)
+    cand, outcome = settle(request, cand, outcome)
     sol = extract.solution_from(cand, outcome.columns, outcome.values)
     devices = extract.devices_out(cand, sol)
     price = {d.name: d.cost_per_hour for d in request.devices}

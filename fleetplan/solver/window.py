@@ -1,0 +1,149 @@
+"""The judged window's guard on a plan's prefill pools, applied after the MILP and the pooled credit.
+
+The promise is judged on one 600 s window per seed (../shared/design/capacity.md). The MILP admits every
+prefill use at TAIL_MARGIN of its class's tail probability (fleetplan/solver/capacity.py), a long-run
+figure. Behind a loaded queue a class's requests above a level come in congestion episodes, and one window
+holds few of them, so the window's percentile scatters far beyond the long-run one: a p99 class planned
+at p99.5 on one prefill instance breaks a window 9-16% of the time at loads 0.5-0.8
+(bench/window_scatter.py). `capacity.window_epsilon` tightens the planned tail where that window's count
+above the level would pass the class's tail more than WINDOW_DELTA of the time; the count depends on how
+many requests the class has in the window, which only the plan says. So:
+
+1. each class's requests in one window, N_w = served_w x WINDOW_MS, from the plan;
+2. every prefill use that carries flow gets its admissible utilization again at its pool's instance count
+   (the credited count where the pooled credit applied, else one) with that N_w (`headroom.pooled_rho`);
+3. a pool whose headroom falls takes the lower one and, every instance count fixed, the goodput LP is solved
+   again (`pooled.fixed_form`). Serving less lowers N_w, so steps 1-3 repeat until no pool falls (at most
+   ROUNDS times).
+
+Instances, devices and cost stay the MILP's: the guard serves less on the same hardware where one window
+would break the class too often. It applies where the pooled credit does (`max_goodput` under the queueing
+model, not a churn-limited re-plan): a plan that must serve all its demand cannot give up flow on fixed
+instances. docs/formulation.md ("Margin") has the formulas and the measurements.
+"""
+
+import dataclasses
+import time
+
+import numpy as np
+
+from fleetplan.models.plan import PlanRequest
+from fleetplan.solver import capacity
+from fleetplan.solver.backends import Sense, SolveResult, get_backend
+from fleetplan.solver.candidates import Candidates
+from fleetplan.solver.deadline import Deadline
+from fleetplan.solver.extract import served_by_class
+from fleetplan.solver.formulation import use_demand
+from fleetplan.solver.headroom import pool_queues, pooled_rho
+from fleetplan.solver.optimize import Outcome
+from fleetplan.solver.pooled import FLOW_EPS, TIME_LIMIT_S, fixed_form, pool_credit, stage_records
+
+ROUNDS = 4  # guard rounds at most: each lowers N_w, and with it the margin, a little less
+
+
+def settle(
+    request: PlanRequest, cand: Candidates, outcome: Outcome, deadline: Deadline | None = None
+) -> tuple[Candidates, Outcome]:
+    """The plan's headroom after the MILP, as every caller applies it: the pooled credit (solver/pooled.py),
+    then the window guard (`window_guard`)."""
+    cand, outcome = pool_credit(request, cand, outcome, deadline)
+    return window_guard(request, cand, outcome, deadline)
+
+
+def window_guard(
+    request: PlanRequest, cand: Candidates, outcome: Outcome, deadline: Deadline | None = None
+) -> tuple[Candidates, Outcome]:
+    """(candidates, outcome) with the prefill pools' headroom lowered where one judged window would break
+    a class too often (the module docstring), or the inputs unchanged where no pool falls. Every LP it
+    solves is recorded as step "window"."""
+    options = request.options
+    if (
+        outcome.values is None
+        or options.objective != "max_goodput"
+        or options.capacity_model != "queueing"
+        or cand.churn is not None
+    ):
+        return cand, outcome
+    began = time.perf_counter()
+    limit = TIME_LIMIT_S if deadline is None else deadline.solver_time_limit(TIME_LIMIT_S)
+    values, rho = outcome.values, cand.pools["rho"].to_numpy(float)
+    calls: list[tuple[SolveResult, float]] = []
+    for _ in range(ROUNDS):
+        guarded = _guarded_rho(cand, outcome, values, rho)
+        if guarded is None:
+            break
+        rho = guarded
+        result = _solve_fixed(cand, outcome, values, rho, limit, calls)
+        if result is None:
+            break
+        values = result.values
+    if not calls or values is outcome.values:
+        return cand, outcome
+    ms = (time.perf_counter() - began) * 1e3
+    new_outcome = dataclasses.replace(
+        outcome,
+        values=values,
+        solve_ms=outcome.solve_ms + ms,
+        stages=(*outcome.stages, *stage_records(outcome, calls, "window")),
+    )
+    return dataclasses.replace(cand, pools=cand.pools.assign(rho=rho)), new_outcome
+
+
+def _guarded_rho(
+    cand: Candidates, outcome: Outcome, values: np.ndarray, rho: np.ndarray
+) -> np.ndarray | None:
+    """Each pool's headroom with the guard (steps 1-2) for the plan `values`, or None where none falls."""
+    uses = cand.uses
+    cols = outcome.columns
+    flow = values[cols.use_offset : cols.use_offset + len(uses)]
+    rows = np.flatnonzero((uses["role"] == "prefill").to_numpy() & (flow > FLOW_EPS))
+    if not len(rows):
+        return None
+    pool = uses["pool"].to_numpy()[rows]
+    served = served_by_class(cand, np.where(flow > FLOW_EPS, flow, 0.0))
+    window = served[uses["w"].to_numpy()[rows]] * capacity.WINDOW_MS / 1e3
+    pooled = cand.pools["pooled"].to_numpy() if "pooled" in cand.pools.columns else np.ones(len(rho))
+    servers = np.maximum(pooled[pool], 1).astype(np.int64)
+    # screen: the margin only falls as the load rises, so a use whose window holds at its pool's headroom
+    # (the most its pool may run) holds at any load the LP gives it, and needs no search
+    t, curves = pool_queues(cand, rows, servers)
+    binds = capacity.window_epsilon(t.epsilon, rho[pool] * t.rate, curves, t.batch, window) < t.epsilon
+    if not binds.any():
+        return None
+    rows, pool, servers, window = rows[binds], pool[binds], servers[binds], window[binds]
+    use_rho = pooled_rho(cand, rows, servers, window)
+    lowest = rho.copy()
+    np.minimum.at(lowest, pool, use_rho)
+    return lowest if (lowest < rho - 1e-12).any() else None
+
+
+def _solve_fixed(
+    cand: Candidates,
+    outcome: Outcome,
+    values: np.ndarray,
+    rho: np.ndarray,
+    limit: float,
+    calls: list[tuple[SolveResult, float]],
+) -> SolveResult | None:
+    """Step 3: the goodput LP with every integer column fixed at the plan's, every pool's capacity row at
+    `rho` (the credit's or the guard's: the MILP's form has its own), flow only where the plan `values` has
+    it (the guard gives flow up, it never moves it: each use's headroom was computed for the uses its pool
+    carries), each flow bounded by its class's demand (the capacity rows bound the rest once x is fixed);
+    None when it finds no plan. The LP's result and ms join `calls`."""
+    cols = outcome.columns
+    integers = np.round(values)
+    flow = values[cols.use_offset : cols.use_offset + len(cand.uses)]
+    every = np.ones(len(rho), dtype=bool)
+    form = fixed_form(outcome.form, cols, integers, rho, every, flow <= FLOW_EPS, use_demand(cand))
+    options = cand.request.options
+    began = time.perf_counter()
+    result = get_backend(options.solver).solve(
+        form,
+        outcome.form.objectives["goodput"],
+        Sense.MAX,
+        time_limit_s=limit,
+        mip_rel_gap=options.mip_rel_gap,
+        relax=True,
+    )
+    calls.append((result, (time.perf_counter() - began) * 1e3))
+    return result if result.has_solution and result.values is not None else None
