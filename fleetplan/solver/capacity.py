@@ -75,11 +75,12 @@ TAIL_MARGIN = 0.5
 WINDOW_MS = 600e3
 WINDOW_EPISODES = 10.0
 # A prefill queue's requests above a level come in bursts, so their count in one window scatters far beyond
-# a binomial count: a p99 class planned at p99.5 on one instance fails a window 9-16% of the time (loads
-# 0.5-0.8; bench/window_scatter.py). Its planned tail is also held to what keeps one window's count above
-# the SLO's tail at most WINDOW_DELTA likely (window_margin), the count a negative binomial of index of
-# dispersion 1 + WINDOW_DISPERSION (1 + cv2) / (1 - U)^3 (U the server's busy fraction; the coefficient
-# measured there, docs/formulation.md "Margin")
+# a binomial count: a p99 class planned at p99.5 on one instance fails a window 8-16% of the time (loads
+# 0.5-0.8; bench/window_scatter.py). Once a plan says how many requests a class has in the window
+# (fleetplan/solver/window.py), its planned tail is also held to what keeps that window's count above the
+# SLO's tail at most WINDOW_DELTA likely (window_epsilon), the count a negative binomial of index of
+# dispersion 1 + WINDOW_DISPERSION (1 + cv2) / (1 - rho_b)^3 (the coefficient measured there;
+# docs/formulation.md, "One window's scatter")
 WINDOW_DELTA = 0.05
 WINDOW_DISPERSION = 0.45
 
@@ -970,9 +971,18 @@ def _prefill_rates(t: UseTable, curves: Curves, levels: int | None, probe: bool 
     # share of the reserve is taken off the limit
     limit = t.ttft_slo - t.t_kv - link_reserve(t)
     kv = kv_wait(t)
-    window = t.window
     return prefill_admissible(
-        curves, t.batch, limit, t.epsilon, t.rate, kv, t.share, levels, t.servers, probe=probe, window=window
+        curves,
+        t.batch,
+        limit,
+        t.epsilon,
+        t.rate,
+        kv,
+        t.share,
+        levels,
+        t.servers,
+        probe=probe,
+        window=t.window,
     )
 
 

@@ -4,7 +4,7 @@ The promise is judged on one 600 s window per seed (../shared/design/capacity.md
 prefill use at TAIL_MARGIN of its class's tail probability (fleetplan/solver/capacity.py), a long-run
 figure. Behind a loaded queue a class's requests above a level come in congestion episodes, and one window
 holds few of them, so the window's percentile scatters far beyond the long-run one: a p99 class planned
-at p99.5 on one prefill instance breaks a window 9-16% of the time at loads 0.5-0.8
+at p99.5 on one prefill instance breaks a window 8-16% of the time at loads 0.5-0.8
 (bench/window_scatter.py). `capacity.window_epsilon` tightens the planned tail where that window's count
 above the level would pass the class's tail more than WINDOW_DELTA of the time; the count depends on how
 many requests the class has in the window, which only the plan says. So:
@@ -19,7 +19,7 @@ many requests the class has in the window, which only the plan says. So:
 Instances, devices and cost stay the MILP's: the guard serves less on the same hardware where one window
 would break the class too often. It applies where the pooled credit does (`max_goodput` under the queueing
 model, not a churn-limited re-plan): a plan that must serve all its demand cannot give up flow on fixed
-instances. docs/formulation.md ("Margin") has the formulas and the measurements.
+instances. docs/formulation.md ("One window's scatter") has the formulas and the measurements.
 """
 
 import dataclasses
