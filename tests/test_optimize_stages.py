@@ -54,6 +54,7 @@ def credited_plan():
     from fleetplan.solver import optimize as optimize_module
     from fleetplan.solver import plan
     from fleetplan.solver import pooled as pooled_module
+    from fleetplan.solver import window as window_module
 
     calls = []
     real = optimize_module.get_backend
@@ -67,11 +68,14 @@ def credited_plan():
             calls.append((kwargs.get("relax", False), result))
             return result
 
-    optimize_module.get_backend = pooled_module.get_backend = lambda name: Counting(real(name))
+    modules = (optimize_module, pooled_module, window_module)
+    for module in modules:
+        module.get_backend = lambda name: Counting(real(name))
     try:
         result = plan(read_request(fixtures.request_path("link_bound")), with_baselines=False)
     finally:
-        optimize_module.get_backend = pooled_module.get_backend = real
+        for module in modules:
+            module.get_backend = real
     return result, calls
 
 
@@ -91,12 +95,15 @@ def test_a_plan_carries_a_record_per_solver_call(credited_plan):
     assert steps[0] == "relaxation"
     assert "primary" in steps
     assert steps.index("primary") > max(i for i, s in enumerate(steps) if s in ("relaxation", "start"))
-    # then the tie-breaks, and last the pooled credit's LP where it served more (solver/pooled.py)
-    after = [s for s in steps[steps.index("primary") + 1 :] if s != "pooled"]
-    assert all(s == "tie_break" for s in after)
-    # the credit's LPs (one, and one per pool shape tried as one pool) come last
-    assert steps[-1] == "pooled"
-    assert all(s == "pooled" for s in steps[steps.index("pooled") :])
+    # then the tie-breaks, the pooled credit's LPs where it served more (solver/pooled.py: one, and one
+    # per pool shape tried as one pool), and last the window guard's where it lowered a pool
+    # (solver/window.py; link_bound runs a decode pool at its full-batch rate)
+    after = steps[steps.index("primary") + 1 :]
+    order = {"tie_break": 0, "pooled": 1, "window": 2}
+    assert all(s in order for s in after)
+    assert [order[s] for s in after] == sorted(order[s] for s in after)
+    assert "pooled" in after
+    assert steps[-1] == "window"
     # max_goodput: goodput, then the cost tie-break
     assert [(r.step, r.stage) for r in stages if r.step in ("primary", "tie_break")] == [
         ("primary", "goodput"),

@@ -83,6 +83,7 @@ WINDOW_EPISODES = 10.0
 # docs/formulation.md, "One window's scatter")
 WINDOW_DELTA = 0.05
 WINDOW_DISPERSION = 0.45
+MARGIN_SCALES = 8  # window_margin's indices of dispersion: D and 1 + (D - 1) / 2^k below it
 
 _Z = np.arange(-5.0, 5.0 + 1e-9, 0.125)
 _W = ndtr(np.append(_Z[1:], np.inf) - 0.0625) - ndtr(np.insert(_Z[:-1], 0, -np.inf) + 0.0625)
@@ -721,7 +722,7 @@ def prefill_admissible(
     grids: dict = {}  # at b > 1 the service grid at each whole batch size (own_service)
 
     def ok(rate):
-        planned = epsilon if window is None else window_epsilon(epsilon, rate, curves, batch, window)
+        planned = epsilon if window is None else prefill_window_epsilon(epsilon, rate, curves, batch, window)
         tail_ = prefill_tail(
             rate, curves, batch, limit_ms, kv, share, full_mean, servers, memo, grids, mixture, planned
         )
@@ -804,9 +805,23 @@ def window_breaks(mean: np.ndarray, dispersion: np.ndarray, allowed: np.ndarray)
 
 def window_margin(dispersion: np.ndarray, requests: np.ndarray, tail: np.ndarray) -> np.ndarray:
     """The largest m in (0, 1] (to 2^-20) with P(count > tail N) <= WINDOW_DELTA when N requests of a
-    window see the level with probability m tail each (the count `window_breaks`'s, mean m tail N)."""
+    window see the level with probability m tail each, for the count `window_breaks`'s of mean m tail N at
+    every index of dispersion from 1 up to `dispersion` (the least over 1 + (D - 1) / 2^k, k = 0..7). At a
+    very large index the negative binomial puts the count in rare huge bursts, and its margin grows again;
+    the modelled index errs high at high loads (bench/window_scatter.py), so smaller ones are taken too."""
     allowed = np.asarray(tail, dtype=float) * np.asarray(requests, dtype=float)
-    lo, hi = np.zeros(allowed.shape), np.ones(allowed.shape)
+    extra = np.asarray(dispersion, dtype=float) - 1.0
+    out = np.ones(np.broadcast(allowed, extra).shape)
+    for k in range(MARGIN_SCALES):
+        out = np.minimum(out, _margin_at(1.0 + extra / 2.0**k, allowed))
+    return out
+
+
+def _margin_at(dispersion: np.ndarray, allowed: np.ndarray) -> np.ndarray:
+    lo, hi = (
+        np.zeros(np.broadcast(allowed, dispersion).shape),
+        np.ones(np.broadcast(allowed, dispersion).shape),
+    )
     for _ in range(20):
         mid = 0.5 * (lo + hi)
         ok = window_breaks(mid * allowed, dispersion, allowed) <= WINDOW_DELTA
@@ -814,20 +829,50 @@ def window_margin(dispersion: np.ndarray, requests: np.ndarray, tail: np.ndarray
     return lo
 
 
-def window_epsilon(epsilon, rate, curves, batch, requests) -> np.ndarray:
-    """A prefill use's planned tail probability at `rate` when its class has `requests` requests in one
-    judged window: `epsilon` (TAIL_MARGIN of the class's tail) or less, where that window's count above the
-    level would exceed the class's tail more than WINDOW_DELTA of the time (`window_margin`). Its index of
-    dispersion is taken at the load against full-batch capacity, rho_b = rate E[S(b)] / b (batch_wait's:
-    a batching server is busy at any load while its batches fill, but its queue builds, and its episodes
-    last, only as rho_b nears 1; at b = 1 it is the busy fraction), with the squared CV of one full batch's
-    draw. Only ever tightens the margin, which also covers the model's approximations."""
+def window_epsilon(epsilon, load, cv2, requests) -> np.ndarray:
+    """A use's planned tail probability when its class has `requests` requests in one judged window:
+    `epsilon` (TAIL_MARGIN of the class's tail) or less, where that window's count above the level would
+    exceed the class's tail more than WINDOW_DELTA of the time (`window_margin`), the count's index of
+    dispersion at the queue's `load` with service spread `cv2` (`window_dispersion`). Only ever tightens
+    the margin, which also covers the model's approximations."""
+    tail = np.asarray(epsilon, dtype=float) / TAIL_MARGIN
+    margin = window_margin(window_dispersion(load, cv2), requests, tail)
+    return np.minimum(epsilon, margin * tail)
+
+
+def prefill_window_epsilon(epsilon, rate, curves, batch, requests) -> np.ndarray:
+    """`window_epsilon` of a prefill use at `rate`: its load against full-batch capacity, rho_b = rate
+    E[S(b)] / b (batch_wait's: a batching server is busy at any load while its batches fill, but its queue
+    builds, and its episodes last, only as rho_b nears 1; at b = 1 it is the busy fraction), with one full
+    batch's squared CV."""
     batch = np.asarray(batch, dtype=float)
     grid = service_grid(curves.at("ttft", batch))
     rho_b = np.clip(np.asarray(rate, dtype=float) * moments(grid)[0] / (1e3 * batch), 0.0, 1.0)
-    tail = np.asarray(epsilon, dtype=float) / TAIL_MARGIN
-    margin = window_margin(window_dispersion(rho_b, hold_cv2(grid)), requests, tail)
-    return np.minimum(epsilon, margin * tail)
+    return window_epsilon(epsilon, rho_b, hold_cv2(grid), requests)
+
+
+def decode_window_epsilon(epsilon, rate, curves, batch, steps, requests) -> np.ndarray:
+    """`window_epsilon` of a decode use at `rate`: its slot queue's load, rate H / b with H = steps E[TBT]
+    (decode_tail's), and one step's squared CV (a hold's draws bound its own: hold_cv2)."""
+    grid = service_grid(curves.at("tbt", batch))
+    hold = np.maximum(steps, 1.0) * moments(grid)[0]
+    load = np.clip(np.asarray(rate, dtype=float) * hold / (1e3 * np.asarray(batch, dtype=float)), 0.0, 1.0)
+    return window_epsilon(epsilon, load, hold_cv2(grid), requests)
+
+
+def use_window_epsilon(t: "UseTable", curves: Curves, rate: np.ndarray) -> np.ndarray:
+    """Each use's planned tail probability at `rate` for its class's requests in one window (`t.window`):
+    prefill and decode uses by their queues' loads; colocated uses keep `t.epsilon` (their TTFT form is
+    optimistic near its knee, docs/formulation.md "Slot waits", and has no window form yet)."""
+    out = np.asarray(t.epsilon, dtype=float).copy()
+    pre, dec = t.role == "prefill", t.role == "decode"
+    if pre.any():
+        s, c = take_rows(t, pre), take_rows(curves, pre)
+        out[pre] = prefill_window_epsilon(s.epsilon, rate[pre], c, s.batch, s.window)
+    if dec.any():
+        s, c = take_rows(t, dec), take_rows(curves, dec)
+        out[dec] = decode_window_epsilon(s.epsilon, rate[dec], c, s.batch, s.steps, s.window)
+    return out
 
 
 # --- KV transfer queues -------------------------------------------------------------------------------
@@ -994,8 +1039,11 @@ def _decode_rates(t: UseTable, curves: Curves, levels: int | None, probe: bool =
     slots = t.batch.astype(np.int64)
 
     def ok(rate):
-        tail_ = decode_tail(rate, tbt_grid, hold, slots, steps, t.tbt_slo, t.share, t.servers, t.epsilon)
-        return tail_ <= t.epsilon
+        planned = t.epsilon
+        if t.window is not None:
+            planned = decode_window_epsilon(t.epsilon, rate, curves, t.batch, t.steps, t.window)
+        tail_ = decode_tail(rate, tbt_grid, hold, slots, steps, t.tbt_slo, t.share, t.servers, planned)
+        return tail_ <= planned
 
     return np.where(t.steps > 0, bisect_rate(ok, t.rate, levels, REFINE, probe), t.rate)
 

@@ -33,7 +33,7 @@ from fleetplan.solver.backends import Sense, SolveResult, get_backend
 from fleetplan.solver.candidates import Candidates
 from fleetplan.solver.deadline import Deadline
 from fleetplan.solver.extract import served_by_class
-from fleetplan.solver.formulation import use_demand
+from fleetplan.solver.formulation import MatrixForm, use_demand
 from fleetplan.solver.headroom import pool_queues, pooled_rho
 from fleetplan.solver.optimize import Outcome
 from fleetplan.solver.pooled import FLOW_EPS, TIME_LIMIT_S, fixed_form, pool_credit, stage_records
@@ -96,7 +96,7 @@ def _guarded_rho(
     uses = cand.uses
     cols = outcome.columns
     flow = values[cols.use_offset : cols.use_offset + len(uses)]
-    rows = np.flatnonzero((uses["role"] == "prefill").to_numpy() & (flow > FLOW_EPS))
+    rows = np.flatnonzero(uses["role"].isin(["prefill", "decode"]).to_numpy() & (flow > FLOW_EPS))
     if not len(rows):
         return None
     pool = uses["pool"].to_numpy()[rows]
@@ -107,7 +107,8 @@ def _guarded_rho(
     # screen: the margin only falls as the load rises, so a use whose window holds at its pool's headroom
     # (the most its pool may run) holds at any load the LP gives it, and needs no search
     t, curves = pool_queues(cand, rows, servers)
-    binds = capacity.window_epsilon(t.epsilon, rho[pool] * t.rate, curves, t.batch, window) < t.epsilon
+    t = dataclasses.replace(t, window=window)
+    binds = capacity.use_window_epsilon(t, curves, rho[pool] * t.rate) < t.epsilon
     if not binds.any():
         return None
     rows, pool, servers, window = rows[binds], pool[binds], servers[binds], window[binds]
@@ -126,15 +127,16 @@ def _solve_fixed(
     calls: list[tuple[SolveResult, float]],
 ) -> SolveResult | None:
     """Step 3: the goodput LP with every integer column fixed at the plan's, every pool's capacity row at
-    `rho` (the credit's or the guard's: the MILP's form has its own), flow only where the plan `values` has
-    it (the guard gives flow up, it never moves it: each use's headroom was computed for the uses its pool
-    carries), each flow bounded by its class's demand (the capacity rows bound the rest once x is fixed);
-    None when it finds no plan. The LP's result and ms join `calls`."""
+    `rho` (the credit's or the guard's: the MILP's form has its own), flow only on the uses that carry it in
+    the plan `values` (it may shift among them, never to another: each use's headroom was computed for the
+    uses its pool carries), each flow bounded by its class's demand (the capacity rows bound the rest once
+    x is fixed), and no lexicographic lock (`_unlocked`); None when it finds no plan. The LP's result and
+    ms join `calls`."""
     cols = outcome.columns
     integers = np.round(values)
     flow = values[cols.use_offset : cols.use_offset + len(cand.uses)]
     every = np.ones(len(rho), dtype=bool)
-    form = fixed_form(outcome.form, cols, integers, rho, every, flow <= FLOW_EPS, use_demand(cand))
+    form = _unlocked(fixed_form(outcome.form, cols, integers, rho, every, flow <= FLOW_EPS, use_demand(cand)))
     options = cand.request.options
     began = time.perf_counter()
     result = get_backend(options.solver).solve(
@@ -147,3 +149,13 @@ def _solve_fixed(
     )
     calls.append((result, (time.perf_counter() - began) * 1e3))
     return result if result.has_solution and result.values is not None else None
+
+
+def _unlocked(form: MatrixForm) -> MatrixForm:
+    """`form` without its lexicographic locks (optimize.py's `lock_<stage>` rows: the tie-break's form holds
+    goodput at the MILP's value, which the guard gives up on purpose)."""
+    row_lo, row_hi = form.row_lo.copy(), form.row_hi.copy()
+    for name, start, end in form.row_blocks:
+        if name.startswith("lock_"):
+            row_lo[start:end], row_hi[start:end] = -np.inf, np.inf
+    return dataclasses.replace(form, row_lo=row_lo, row_hi=row_hi)
