@@ -29,7 +29,8 @@ def test_window_margin_is_the_largest_that_keeps_a_window_within_delta():
     margin = capacity.window_margin(dispersion, requests, tail)
     allowed = tail * requests
     at = capacity.window_breaks(margin * allowed, dispersion, allowed)
-    above = capacity.window_breaks((margin + 2.0**-18) * allowed, dispersion, allowed)
+    step = 2.0 ** (1 - capacity.MARGIN_HALVINGS)
+    above = capacity.window_breaks((margin + step) * allowed, dispersion, allowed)
     assert np.all(at <= capacity.WINDOW_DELTA)
     assert np.all(above > capacity.WINDOW_DELTA)
     # more requests in the window: a larger margin; more clustering: a smaller one

@@ -84,6 +84,7 @@ WINDOW_EPISODES = 10.0
 WINDOW_DELTA = 0.05
 WINDOW_DISPERSION = 0.45
 MARGIN_SCALES = 8  # window_margin's indices of dispersion: D and 1 + (D - 1) / 2^k below it
+MARGIN_HALVINGS = 14  # window_margin's bisection: m to 2^-14
 
 _Z = np.arange(-5.0, 5.0 + 1e-9, 0.125)
 _W = ndtr(np.append(_Z[1:], np.inf) - 0.0625) - ndtr(np.insert(_Z[:-1], 0, -np.inf) + 0.0625)
@@ -804,29 +805,23 @@ def window_breaks(mean: np.ndarray, dispersion: np.ndarray, allowed: np.ndarray)
 
 
 def window_margin(dispersion: np.ndarray, requests: np.ndarray, tail: np.ndarray) -> np.ndarray:
-    """The largest m in (0, 1] (to 2^-20) with P(count > tail N) <= WINDOW_DELTA when N requests of a
-    window see the level with probability m tail each, for the count `window_breaks`'s of mean m tail N at
-    every index of dispersion from 1 up to `dispersion` (the least over 1 + (D - 1) / 2^k, k = 0..7). At a
-    very large index the negative binomial puts the count in rare huge bursts, and its margin grows again;
-    the modelled index errs high at high loads (bench/window_scatter.py), so smaller ones are taken too."""
+    """The largest m in (0, 1] (to 2^-MARGIN_HALVINGS) with P(count > tail N) <= WINDOW_DELTA when N
+    requests of a window see the level with probability m tail each, for the count `window_breaks`'s of mean
+    m tail N at every index of dispersion from 1 up to `dispersion` (the least over 1 + (D - 1) / 2^k,
+    k = 0..7, bisected together). At a very large index the negative binomial puts the count in rare huge
+    bursts, and its margin grows again; the modelled index errs high at high loads
+    (bench/window_scatter.py), so smaller ones are taken too."""
     allowed = np.asarray(tail, dtype=float) * np.asarray(requests, dtype=float)
     extra = np.asarray(dispersion, dtype=float) - 1.0
-    out = np.ones(np.broadcast(allowed, extra).shape)
-    for k in range(MARGIN_SCALES):
-        out = np.minimum(out, _margin_at(1.0 + extra / 2.0**k, allowed))
-    return out
-
-
-def _margin_at(dispersion: np.ndarray, allowed: np.ndarray) -> np.ndarray:
-    lo, hi = (
-        np.zeros(np.broadcast(allowed, dispersion).shape),
-        np.ones(np.broadcast(allowed, dispersion).shape),
-    )
-    for _ in range(20):
+    allowed, extra = np.broadcast_arrays(allowed, extra)
+    scales = 2.0 ** -np.arange(MARGIN_SCALES)  # every index at once: one bisection over (..., scales)
+    allowed, index = allowed[..., None], 1.0 + extra[..., None] * scales
+    lo, hi = np.zeros(index.shape), np.ones(index.shape)
+    for _ in range(MARGIN_HALVINGS):
         mid = 0.5 * (lo + hi)
-        ok = window_breaks(mid * allowed, dispersion, allowed) <= WINDOW_DELTA
+        ok = window_breaks(mid * allowed, index, allowed) <= WINDOW_DELTA
         lo, hi = np.where(ok, mid, lo), np.where(ok, hi, mid)
-    return lo
+    return lo.min(axis=-1)
 
 
 def window_epsilon(epsilon, load, cv2, requests) -> np.ndarray:
