@@ -224,7 +224,7 @@ class StageRecord(Base):
     or the LP with its rounded instances fixed), "primary" (the first stage's MIP), "tie_break" (a later
     stage, the earlier ones locked), "pooled" (the goodput LP with the instance counts fixed and the
     credit of pools of several instances, solver/pooled.py) or "window" (that LP again with the prefill
-    pools' headroom lowered where one judged window would break a class too often,
+    and decode pools' headroom lowered where one judged window would break a class too often,
     solver/window.py). `stage` is the objective solved ("goodput",
     "cost", "phi"). `kind`: "lp", "submip" (the MIP boxed around the LP solutions) or "mip" ("lp" for a
     stage without integers).

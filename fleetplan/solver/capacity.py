@@ -74,13 +74,13 @@ TAIL_MARGIN = 0.5
 # independent spells beyond the class's tail: epsilon x window / relaxation time (slot_relaxation_ms)
 WINDOW_MS = 600e3
 WINDOW_EPISODES = 10.0
-# A prefill queue's requests above a level come in bursts, so their count in one window scatters far beyond
-# a binomial count: a p99 class planned at p99.5 on one instance fails a window 8-16% of the time (loads
-# 0.5-0.8; bench/window_scatter.py). Once a plan says how many requests a class has in the window
-# (fleetplan/solver/window.py), its planned tail is also held to what keeps that window's count above the
-# SLO's tail at most WINDOW_DELTA likely (window_epsilon), the count a negative binomial of index of
-# dispersion 1 + WINDOW_DISPERSION (1 + cv2) / (1 - rho_b)^3 (the coefficient measured there;
-# docs/formulation.md, "One window's scatter")
+# A queue's requests above a level come in bursts, so their count in one window scatters far beyond a
+# binomial count: a p99 class planned at p99.5 on one prefill instance fails a window 8-16% of the time
+# (loads 0.5-0.9; bench/window_scatter.py). Once a plan says how many requests a class has in the window
+# (fleetplan/solver/window.py), a prefill or decode use's planned tail is also held to what keeps that
+# window's count above the SLO's tail at most WINDOW_DELTA likely (window_epsilon), the count a negative
+# binomial of index of dispersion 1 + WINDOW_DISPERSION (1 + cv2) / (1 - load)^3 (the coefficient measured
+# there; docs/formulation.md, "One window's scatter")
 WINDOW_DELTA = 0.05
 WINDOW_DISPERSION = 0.45
 MARGIN_SCALES = 8  # window_margin's indices of dispersion: D and 1 + (D - 1) / 2^k below it

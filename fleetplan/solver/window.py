@@ -1,17 +1,20 @@
-"""The judged window's guard on a plan's prefill pools, applied after the MILP and the pooled credit.
+"""The judged window's guard on a plan's prefill and decode pools, applied after the MILP and the pooled
+credit.
 
 The promise is judged on one 600 s window per seed (../shared/design/capacity.md). The MILP admits every
-prefill use at TAIL_MARGIN of its class's tail probability (fleetplan/solver/capacity.py), a long-run
-figure. Behind a loaded queue a class's requests above a level come in congestion episodes, and one window
-holds few of them, so the window's percentile scatters far beyond the long-run one: a p99 class planned
-at p99.5 on one prefill instance breaks a window 8-16% of the time at loads 0.5-0.8
-(bench/window_scatter.py). `capacity.window_epsilon` tightens the planned tail where that window's count
-above the level would pass the class's tail more than WINDOW_DELTA of the time; the count depends on how
-many requests the class has in the window, which only the plan says. So:
+use at TAIL_MARGIN of its class's tail probability (fleetplan/solver/capacity.py), a long-run figure.
+Behind a loaded queue a class's requests above a level come in congestion episodes, and one window holds
+few of them, so the window's percentile scatters far beyond the long-run one: a p99 class planned at p99.5
+on one prefill instance breaks a window 8-16% of the time at loads 0.5-0.9, and a decode slot queue's p90
+class up to 16% at 0.9 (bench/window_scatter.py). `capacity.window_epsilon` tightens the planned tail
+where that window's count above the level would pass the class's tail more than WINDOW_DELTA of the time;
+the count depends on how many requests the class has in the window, which only the plan says. So:
 
 1. each class's requests in one window, N_w = served_w x WINDOW_MS, from the plan;
-2. every prefill use that carries flow gets its admissible utilization again at its pool's instance count
-   (the credited count where the pooled credit applied, else one) with that N_w (`headroom.pooled_rho`);
+2. every prefill and decode use that carries flow gets its admissible utilization again at its pool's
+   instance count (the credited count where the pooled credit applied, else one) with that N_w
+   (`headroom.pooled_rho`; colocated uses are not guarded: their TTFT form is optimistic near its knee,
+   and has no window form yet);
 3. a pool whose headroom falls takes the lower one and, every instance count fixed, the goodput LP is solved
    again (`pooled.fixed_form`). Serving less lowers N_w, so steps 1-3 repeat until no pool falls (at most
    ROUNDS times).
@@ -53,9 +56,10 @@ def settle(
 def window_guard(
     request: PlanRequest, cand: Candidates, outcome: Outcome, deadline: Deadline | None = None
 ) -> tuple[Candidates, Outcome]:
-    """(candidates, outcome) with the prefill pools' headroom lowered where one judged window would break
-    a class too often (the module docstring), or the inputs unchanged where no pool falls. Every LP it
-    solves is recorded as step "window"."""
+    """(candidates, outcome) with the prefill and decode pools' headroom lowered where one judged window
+    would break a class too often (the module docstring), or the inputs unchanged where no pool falls (or
+    the LP finds no plan, which fixed instances and flows that may fall to 0 rule out). Every LP it solves
+    is recorded as step "window"."""
     options = request.options
     if (
         outcome.values is None
@@ -104,8 +108,8 @@ def _guarded_rho(
     window = served[uses["w"].to_numpy()[rows]] * capacity.WINDOW_MS / 1e3
     pooled = cand.pools["pooled"].to_numpy() if "pooled" in cand.pools.columns else np.ones(len(rho))
     servers = np.maximum(pooled[pool], 1).astype(np.int64)
-    # screen: the margin only falls as the load rises, so a use whose window holds at its pool's headroom
-    # (the most its pool may run) holds at any load the LP gives it, and needs no search
+    # screen: the margin falls as the load rises (to within window_margin's grid of indices), so a use whose
+    # window holds at its pool's headroom (the most its pool may run) holds at any load the LP gives it
     t, curves = pool_queues(cand, rows, servers)
     t = dataclasses.replace(t, window=window)
     binds = capacity.use_window_epsilon(t, curves, rho[pool] * t.rate) < t.epsilon
