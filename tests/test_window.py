@@ -203,3 +203,32 @@ def test_the_guard_only_lowers_headroom_and_gives_flow_up(name, monkeypatch):
     assert set(routes(guarded)) <= set(routes(plain))  # flow may shift among the plan's routes, no new ones
     served = {w.name: w.served_rps for w in plain.workloads}
     assert all(w.served_rps <= served[w.name] + 1e-6 for w in guarded.workloads)
+
+
+def test_a_plan_the_guard_does_not_apply_to_says_where_a_window_may_break():
+    """max_min_fraction serves every class the same fraction, so the guard cannot give flow up; the plan
+    keeps the MILP's headroom and warns, per pool running above what the guard would allow, naming the
+    classes it carries. A max_goodput plan of the same request has no such warning (the guard acted)."""
+    import msgspec
+
+    from fleetplan import fixtures
+    from fleetplan.models.codec import read_request
+
+    request = read_request(fixtures.request_path("paper"))
+    fair = msgspec.structs.replace(
+        request, options=msgspec.structs.replace(request.options, objective="max_min_fraction")
+    )
+    result = plan(fair, with_baselines=False)
+    notes = [w for w in result.warnings if w.startswith("window:")]
+    assert notes
+    assert "window" not in [s.step for s in result.solver.stages]
+    pools = [((p.model, p.role, p.device, p.batch), p.utilization) for p in result.pools]
+    for note in notes:
+        head = note.split(" runs at ")[0].removeprefix("window: the ")
+        model, role, _, _, device, batch = head.replace("(batch ", "").rstrip(")").split(" ")
+        running = float(note.split(" runs at ")[1].split(" ")[0])
+        assert any(abs(u - running) < 1e-3 for k, u in pools if k == (model, role, device, int(batch)))
+        carried = note.split("window may break ")[1].split(" more than")[0].split(", ")
+        assert set(carried) <= {w.name for w in request.workloads}
+    guarded = plan(request, with_baselines=False)
+    assert not [w for w in guarded.warnings if w.startswith("window:")]

@@ -23,7 +23,7 @@ from fleetplan.solver.formulation import Churn, pool_cost, previous_instances
 from fleetplan.solver.memo import per_table
 from fleetplan.solver.optimize import Outcome, optimize
 from fleetplan.solver.verify import verify
-from fleetplan.solver.window import settle
+from fleetplan.solver.window import settle, unguarded_warnings
 
 _STATUS = {
     Termination.OPTIMAL: "optimal",
@@ -139,7 +139,11 @@ def plan(
         baselines=base,
         solver=info,
         profile_set=ProfileSetInfo(name=table.name, sha256=table.sha256),
-        warnings=fleet_warnings(request, table) + explain.interpolation_warnings(request, results, table),
+        warnings=[
+            *fleet_warnings(request, table),
+            *explain.interpolation_warnings(request, results, table),
+            *unguarded_warnings(request, cand, outcome),
+        ],
         kv_budget_headroom=cand.link_rho.get(None),
         objective_unit=unit,
         objective_value=objective_value,

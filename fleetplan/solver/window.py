@@ -163,3 +163,50 @@ def _unlocked(form: MatrixForm) -> MatrixForm:
         if name.startswith("lock_"):
             row_lo[start:end], row_hi[start:end] = -np.inf, np.inf
     return dataclasses.replace(form, row_lo=row_lo, row_hi=row_hi)
+
+
+def unguarded_warnings(request: PlanRequest, cand: Candidates, outcome: Outcome | None) -> list[str]:
+    """Where the guard does not apply (a `min_cost` or `max_min_fraction` plan, or a churn-limited re-plan,
+    under the queueing model), one warning per pool that runs above the headroom the guard would give it:
+    the plan keeps the MILP's, and one judged window may break the classes that pool carries more than
+    WINDOW_DELTA of the time."""
+    options = request.options
+    if outcome is None or outcome.values is None or options.capacity_model != "queueing":
+        return []
+    if options.objective == "max_goodput" and cand.churn is None:
+        return []
+    rho = cand.pools["rho"].to_numpy(float)
+    guarded = _guarded_rho(cand, outcome, outcome.values, rho)
+    if guarded is None:
+        return []
+    uses, cols = cand.uses, outcome.columns
+    flow = np.maximum(outcome.values[cols.use_offset : cols.use_offset + len(uses)], 0.0)
+    pool = uses["pool"].to_numpy()
+    x = np.round(outcome.values[: cols.n_pools])
+    load = np.bincount(pool, weights=flow / uses["rate_rps"].to_numpy(), minlength=len(rho))
+    running = np.divide(load, x, out=np.zeros(len(rho)), where=x > 0)
+    names = [w.name for w in request.workloads]
+    return [
+        _window_warning(
+            cand.pools.iloc[p],
+            running[p],
+            guarded[p],
+            names,
+            uses["w"].to_numpy()[pool == p],
+            flow[pool == p],
+        )
+        for p in np.flatnonzero(running > guarded + 1e-9)
+    ]
+
+
+def _window_warning(
+    pool, running: float, guarded: float, names: list[str], w: np.ndarray, flow: np.ndarray
+) -> str:
+    carried = ", ".join(sorted({names[k] for k in w[flow > FLOW_EPS]}))
+    above = "at any load" if guarded <= 0 else f"above {guarded:.3f} of it"
+    where = f"{pool['owner']} {pool['role']} pool on {pool['device']} (batch {pool['batch']})"
+    return (
+        f"window: the {where} runs at {running:.3f} of its full-batch rate; {above}, one 600 s window may "
+        f"break {carried} more than {capacity.WINDOW_DELTA:.0%} of the time (the window guard lowers "
+        "headroom in max_goodput plans only)"
+    )
