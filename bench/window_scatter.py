@@ -16,7 +16,7 @@ and p99. Per load and percentile q it reports:
   for independent exceedances, larger when they cluster);
 - a negative binomial with that mean and dispersion: its P(count > (1 - q / 100) N), against the measured
   one, and the margin it would take to keep that probability at WINDOW_DELTA, with the measured index and
-  with the capacity model's (`capacity.window_dispersion`);
+  with the capacity model's (`scatter.window_dispersion`);
 - the level planned as the capacity model plans a prefill use (the smaller of TAIL_MARGIN and that
   margin, `capacity.window_epsilon`) and how often one window breaks it.
 
@@ -35,14 +35,8 @@ import numpy as np
 
 from bench.record import git_info, git_line, machine_info, machine_line, write_results
 from fleetplan.profiler.latency import quantile_ms, quantile_params_array
-from fleetplan.solver.capacity import (
-    TAIL_MARGIN,
-    WINDOW_DELTA,
-    WINDOW_MS,
-    window_breaks,
-    window_dispersion,
-    window_margin,
-)
+from fleetplan.solver.capacity import TAIL_MARGIN, WINDOW_MS
+from fleetplan.solver.scatter import WINDOW_DELTA, window_breaks, window_dispersion, window_margin
 
 # mistral-7b, 1024-token prompts, one A6000 Ada (the analytic profile's p50/p90/p99, ms, at batch 1 and 4):
 # a near-deterministic service, as the analytic profiles' prefills are; the same instance batching up to 4
@@ -241,7 +235,7 @@ def main(argv: list[str] | None = None) -> int:
     print(render(rows))
     print(
         f"TAIL_MARGIN {TAIL_MARGIN}; P(break): one window's percentile above the planned level; NB: a "
-        f"negative binomial's P with the measured dispersion (disp; model: capacity.window_dispersion); "
+        f"negative binomial's P with the measured dispersion (disp; model: scatter.window_dispersion); "
         f"margin: the NB's for P <= {WINDOW_DELTA}, with the measured and the modelled dispersion; "
         f"guarded: the level planned at the smaller of TAIL_MARGIN and the modelled margin, P: its P(break)"
     )

@@ -6,7 +6,7 @@ import pytest
 from scipy.stats import nbinom
 
 from fleetplan.profiler.latency import quantile_ms, quantile_params_array
-from fleetplan.solver import capacity
+from fleetplan.solver import capacity, scatter
 from fleetplan.solver.pipeline import plan, resolve_profiles
 
 # mistral-7b, 1024-token prompts on one A6000 Ada (the analytic profile's TTFT p50/p90/p99 at batch 1, ms)
@@ -19,23 +19,23 @@ def test_window_breaks_is_the_negative_binomial_tail():
     allowed = np.array([1.8, 18.9, 28.4, 283.8, 30.0])
     r = mean / (dispersion - 1.0)
     expected = nbinom.sf(np.floor(allowed), r, 1.0 / dispersion)
-    assert capacity.window_breaks(mean, dispersion, allowed) == pytest.approx(expected, rel=1e-9, abs=1e-15)
+    assert scatter.window_breaks(mean, dispersion, allowed) == pytest.approx(expected, rel=1e-9, abs=1e-15)
 
 
 def test_window_margin_is_the_largest_that_keeps_a_window_within_delta():
     dispersion = np.array([1.2, 4.0, 15.0, 15.0, 30.0])
     requests = np.array([3000.0, 2000.0, 3000.0, 10000.0, 3000.0])
     tail = np.array([0.1, 0.01, 0.01, 0.01, 0.1])
-    margin = capacity.window_margin(dispersion, requests, tail)
+    margin = scatter.window_margin(dispersion, requests, tail)
     allowed = tail * requests
-    at = capacity.window_breaks(margin * allowed, dispersion, allowed)
-    step = 2.0 ** (1 - capacity.MARGIN_HALVINGS)
-    above = capacity.window_breaks((margin + step) * allowed, dispersion, allowed)
-    assert np.all(at <= capacity.WINDOW_DELTA)
-    assert np.all(above > capacity.WINDOW_DELTA)
+    at = scatter.window_breaks(margin * allowed, dispersion, allowed)
+    step = 2.0 ** (1 - scatter.MARGIN_HALVINGS)
+    above = scatter.window_breaks((margin + step) * allowed, dispersion, allowed)
+    assert np.all(at <= scatter.WINDOW_DELTA)
+    assert np.all(above > scatter.WINDOW_DELTA)
     # more requests in the window: a larger margin; more clustering: a smaller one
     assert margin[3] > margin[2]
-    assert margin[2] < capacity.window_margin(np.array([4.0]), np.array([3000.0]), np.array([0.01]))[0]
+    assert margin[2] < scatter.window_margin(np.array([4.0]), np.array([3000.0]), np.array([0.01]))[0]
 
 
 def test_window_margin_never_grows_with_the_dispersion():
@@ -44,17 +44,17 @@ def test_window_margin_never_grows_with_the_dispersion():
     loads), so a more clustered queue never gets a looser margin (to within its grid of indices)."""
     dispersion = np.geomspace(1.5, 5000.0, 40)
     for requests, tail in ((1440.0, 0.01), (1440.0, 0.1), (3000.0, 0.01)):
-        margin = capacity.window_margin(dispersion, np.full(40, requests), np.full(40, tail))
+        margin = scatter.window_margin(dispersion, np.full(40, requests), np.full(40, tail))
         assert np.all(np.diff(margin) <= 0.01)  # the least over halvings of D - 1: to within that grid
         assert margin[-1] < 0.5 * margin[0]
 
 
 def test_window_dispersion_grows_with_load_and_spread():
     busy = np.array([0.0, 0.5, 0.7, 0.9])
-    near_deterministic = capacity.window_dispersion(busy, np.zeros(4))
-    assert near_deterministic[0] == pytest.approx(1.0 + capacity.WINDOW_DISPERSION)
+    near_deterministic = scatter.window_dispersion(busy, np.zeros(4))
+    assert near_deterministic[0] == pytest.approx(1.0 + scatter.WINDOW_DISPERSION)
     assert np.all(np.diff(near_deterministic) > 0)
-    assert np.all(capacity.window_dispersion(busy, np.ones(4)) > near_deterministic)
+    assert np.all(scatter.window_dispersion(busy, np.ones(4)) > near_deterministic)
 
 
 def _lindley_ttft(rng, lam_per_ms: float, n: int) -> np.ndarray:
@@ -73,7 +73,7 @@ def _lindley_ttft(rng, lam_per_ms: float, n: int) -> np.ndarray:
 def test_a_p99_class_planned_with_the_window_margin_breaks_few_windows():
     """One instance at 0.75 of its full rate, a p99 class: planned at TAIL_MARGIN (p99.5) its 600 s
     windows break the planned level far more often than WINDOW_DELTA; at the window margin
-    (capacity.window_margin with the modelled dispersion) close to WINDOW_DELTA."""
+    (scatter.window_margin with the modelled dispersion) close to WINDOW_DELTA."""
     rng = np.random.default_rng(3)
     lam = 0.75 / PROFILE[1]
     per_window, windows = int(lam * capacity.WINDOW_MS), 300
@@ -81,8 +81,8 @@ def test_a_p99_class_planned_with_the_window_margin_breaks_few_windows():
     window_p99 = np.quantile(ttft.reshape(windows, per_window), 0.99, axis=1)
     params = quantile_params_array(*(np.array([v]) for v in PROFILE))[0]
     mean = float(quantile_ms(params, rng.standard_normal(200_000)).mean())
-    dispersion = capacity.window_dispersion(np.array([lam * mean]), np.array([0.0]))
-    margin = float(capacity.window_margin(dispersion, np.array([per_window]), np.array([0.01]))[0])
+    dispersion = scatter.window_dispersion(np.array([lam * mean]), np.array([0.0]))
+    margin = float(scatter.window_margin(dispersion, np.array([per_window]), np.array([0.01]))[0])
     assert margin < capacity.TAIL_MARGIN
     plain = np.quantile(ttft, 1.0 - capacity.TAIL_MARGIN * 0.01)
     guarded = np.quantile(ttft, 1.0 - margin * 0.01)

@@ -31,7 +31,7 @@ import time
 import numpy as np
 
 from fleetplan.models.plan import PlanRequest
-from fleetplan.solver import capacity
+from fleetplan.solver import capacity, scatter
 from fleetplan.solver.backends import Sense, SolveResult, get_backend
 from fleetplan.solver.candidates import Candidates
 from fleetplan.solver.deadline import Deadline
@@ -207,6 +207,6 @@ def _window_warning(
     where = f"{pool['owner']} {pool['role']} pool on {pool['device']} (batch {pool['batch']})"
     return (
         f"window: the {where} runs at {running:.3f} of its full-batch rate; {above}, one 600 s window may "
-        f"break {carried} more than {capacity.WINDOW_DELTA:.0%} of the time (the window guard lowers "
+        f"break {carried} more than {scatter.WINDOW_DELTA:.0%} of the time (the window guard lowers "
         "headroom in max_goodput plans only)"
     )
