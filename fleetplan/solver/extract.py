@@ -31,7 +31,8 @@ class Solution:
     slivers: np.ndarray | None = None  # per class: its partial service was a sliver, dropped (sliver_classes)
 
 
-def _capacity_used(cand: Candidates, flow: np.ndarray) -> np.ndarray:
+def capacity_used(cand: Candidates, flow: np.ndarray) -> np.ndarray:
+    """Per pool, the instance-loads its uses' flow takes: sum of f / r (the capacity rows' left side)."""
     uses = cand.uses
     return np.bincount(uses["pool"], weights=flow / uses["rate_rps"].to_numpy(), minlength=len(cand.pools))
 
@@ -51,7 +52,7 @@ def solution_from(cand: Candidates, cols: Columns, values: np.ndarray) -> Soluti
     x = np.round(values[: cols.n_pools]).astype(np.int64)
     pools = cand.pools
     rho = pools["rho"].to_numpy(float)
-    used = _capacity_used(cand, flow)
+    used = capacity_used(cand, flow)
     nic = pools["device"].map(cand.devices.set_index("device")["nic_gbps"]).to_numpy()
     per_instance = pools["tp"].to_numpy(float) * nic * pools["nic_rho"].to_numpy(float)
     nic_need = np.where(np.isfinite(per_instance), _nic_used(cand, flow) / per_instance, 0.0)
@@ -110,7 +111,7 @@ def without_orphan_flows(cand: Candidates, sol: Solution) -> Solution:
     instances = np.where(np.bincount(pool, weights=flow, minlength=len(cand.pools)) > 0, sol.instances, 0)
     dropped = served_by_class(cand, (sol.flow - flow) * ~sliver_flow)
     dropped = np.where(dropped > 1e-9, dropped, 0.0)
-    return Solution(instances, flow, _capacity_used(cand, flow), dropped, slivers)
+    return Solution(instances, flow, capacity_used(cand, flow), dropped, slivers)
 
 
 def pool_groups(cand: Candidates, sol: Solution) -> np.ndarray:

@@ -35,7 +35,7 @@ from fleetplan.solver import capacity, scatter
 from fleetplan.solver.backends import Sense, SolveResult, get_backend
 from fleetplan.solver.candidates import Candidates
 from fleetplan.solver.deadline import Deadline
-from fleetplan.solver.extract import served_by_class
+from fleetplan.solver.extract import capacity_used, served_by_class
 from fleetplan.solver.formulation import MatrixForm, use_demand
 from fleetplan.solver.headroom import pool_queues, pooled_rho
 from fleetplan.solver.optimize import Outcome
@@ -183,8 +183,7 @@ def unguarded_warnings(request: PlanRequest, cand: Candidates, outcome: Outcome 
     flow = np.maximum(outcome.values[cols.use_offset : cols.use_offset + len(uses)], 0.0)
     pool = uses["pool"].to_numpy()
     x = np.round(outcome.values[: cols.n_pools])
-    load = np.bincount(pool, weights=flow / uses["rate_rps"].to_numpy(), minlength=len(rho))
-    running = np.divide(load, x, out=np.zeros(len(rho)), where=x > 0)
+    running = np.divide(capacity_used(cand, flow), x, out=np.zeros(len(rho)), where=x > 0)
     names = [w.name for w in request.workloads]
     return [
         _window_warning(
