@@ -43,21 +43,23 @@ TIME_LIMIT_S = 1.0  # the LP re-solve's own limit (it takes milliseconds)
 MIN_BUDGET_SHARE = 0.25  # of the request's time budget left after the solve, or the credit is skipped
 
 
+def gives_flow_up(request: PlanRequest, cand: Candidates) -> bool:
+    """Whether the passes after the MILP (this credit, solver/window.py's guard) may move the plan's
+    flows on fixed instances: a `max_goodput` plan under the queueing model, not a churn-limited re-plan
+    (a plan that must serve all its demand, or the same fraction of every class, cannot give flow up)."""
+    options = request.options
+    return options.objective == "max_goodput" and options.capacity_model == "queueing" and cand.churn is None
+
+
 def pool_credit(
     request: PlanRequest, cand: Candidates, outcome: Outcome, deadline: Deadline | None = None
 ) -> tuple[Candidates, Outcome]:
     """(candidates, outcome) with the pooled headroom of the module docstring, or the inputs unchanged
     when it does not apply, serves no more, or `deadline` leaves less than MIN_BUDGET_SHARE of the
     request's budget (the rest of the pipeline needs it: the credit is a gain, never a requirement)."""
-    options = request.options
     if deadline is not None and deadline.remaining() < MIN_BUDGET_SHARE * deadline.budget_s:
         return cand, outcome
-    if (
-        outcome.values is None
-        or options.objective != "max_goodput"
-        or options.capacity_model != "queueing"
-        or cand.churn is not None
-    ):
+    if outcome.values is None or not gives_flow_up(request, cand):
         return cand, outcome
     began = time.perf_counter()
     cols, values = outcome.columns, outcome.values

@@ -39,7 +39,14 @@ from fleetplan.solver.extract import capacity_used, served_by_class
 from fleetplan.solver.formulation import MatrixForm, use_demand
 from fleetplan.solver.headroom import pool_queues, pooled_rho
 from fleetplan.solver.optimize import Outcome
-from fleetplan.solver.pooled import FLOW_EPS, TIME_LIMIT_S, fixed_form, pool_credit, stage_records
+from fleetplan.solver.pooled import (
+    FLOW_EPS,
+    TIME_LIMIT_S,
+    fixed_form,
+    gives_flow_up,
+    pool_credit,
+    stage_records,
+)
 
 ROUNDS = 4  # guard rounds at most: each lowers N_w, and with it the margin, a little less
 
@@ -60,13 +67,7 @@ def window_guard(
     would break a class too often (the module docstring), or the inputs unchanged where no pool falls (or
     the LP finds no plan, which fixed instances and flows that may fall to 0 rule out). Every LP it solves
     is recorded as step "window"."""
-    options = request.options
-    if (
-        outcome.values is None
-        or options.objective != "max_goodput"
-        or options.capacity_model != "queueing"
-        or cand.churn is not None
-    ):
+    if outcome.values is None or not gives_flow_up(request, cand):
         return cand, outcome
     began = time.perf_counter()
     limit = TIME_LIMIT_S if deadline is None else deadline.solver_time_limit(TIME_LIMIT_S)
@@ -170,10 +171,9 @@ def unguarded_warnings(request: PlanRequest, cand: Candidates, outcome: Outcome 
     under the queueing model), one warning per pool that runs above the headroom the guard would give it:
     the plan keeps the MILP's, and one judged window may break the classes that pool carries more than
     WINDOW_DELTA of the time."""
-    options = request.options
-    if outcome is None or outcome.values is None or options.capacity_model != "queueing":
+    if outcome is None or outcome.values is None or request.options.capacity_model != "queueing":
         return []
-    if options.objective == "max_goodput" and cand.churn is None:
+    if gives_flow_up(request, cand):
         return []
     rho = cand.pools["rho"].to_numpy(float)
     guarded = _guarded_rho(cand, outcome, outcome.values, rho)
