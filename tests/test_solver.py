@@ -1,6 +1,9 @@
 """Solver behaviour on the bundled fixtures and on small hand-made instances, every plan verified."""
 
+import dataclasses
+
 import msgspec
+import numpy as np
 import pytest
 
 from fleetplan import fixtures
@@ -11,6 +14,7 @@ from fleetplan.models.workload import CATALOG
 from fleetplan.profiler.tables import from_rows
 from fleetplan.solver import plan
 from fleetplan.solver.candidates import build_candidates
+from fleetplan.solver.formulation import budget_row, build_matrix, fleet_cost
 from fleetplan.solver.pipeline import resolve_profiles
 from fleetplan.solver.verify import verify
 
@@ -204,6 +208,51 @@ def test_budget_per_hour_binds():
     result = checked(capped)
     assert result.cost_per_hour <= budget + 1e-9
     assert result.slo_rps < free.slo_rps
+
+
+def _at_budget(request: PlanRequest, budget: float | None) -> PlanRequest:
+    return msgspec.structs.replace(
+        request, options=msgspec.structs.replace(request.options, budget_per_hour=budget)
+    )
+
+
+def test_a_budget_the_fleet_cannot_spend_builds_the_unbudgeted_model():
+    """paper.json's whole fleet costs 22.2542 $/h: from there up the budget row would bind nothing, and the
+    model is the one without a budget (no budget row, no u and z columns); below it, it has them."""
+    request = fixture_request("paper")
+    cost = fleet_cost(request)
+    assert cost == pytest.approx(4 * 1.0 + 8 * 1.081775 + 8 * 1.2)
+    cand = build_candidates(request, resolve_profiles(request))
+    free, _ = build_matrix(cand)
+    for budget in (cost, cost + 1.0, 60.0):
+        form, cols = build_matrix(dataclasses.replace(cand, request=_at_budget(request, budget)))
+        assert budget_row(_at_budget(request, budget)) is None
+        assert cols.n_used == 0
+        assert cols.n_switches == 0
+        assert (form.A != free.A).nnz == 0
+        assert np.array_equal(form.row_hi, free.row_hi)
+        assert np.array_equal(form.col_hi, free.col_hi)
+    below = _at_budget(request, cost - 0.01)
+    form, cols = build_matrix(dataclasses.replace(cand, request=below))
+    assert budget_row(below) == pytest.approx(cost - 0.01)
+    assert cols.n_used == len(request.devices)
+    assert cols.n_switches > 0
+    assert form.A.shape[0] > free.A.shape[0]
+
+
+def test_budgets_from_the_fleet_cost_up_plan_as_no_budget():
+    """Before, a budget row that bound nothing still steered HiGHS to another plan of the same MILP value,
+    which the passes after the MILP credit differently: paper.json planned 56.019 SLO RPS under 40 $/h and
+    55.990 under 23.64 $/h. Every budget the fleet cannot spend now gets the unbudgeted plan."""
+    request = fixture_request("paper")
+    free = plan(request, with_baselines=False)
+    for budget in (23.64, 40.0):
+        capped = plan(_at_budget(request, budget), with_baselines=False)
+        assert capped.slo_rps == free.slo_rps
+        assert capped.cost_per_hour == free.cost_per_hour
+        assert [(p.model, p.role, p.device, p.instances) for p in capped.pools] == [
+            (p.model, p.role, p.device, p.instances) for p in free.pools
+        ]
 
 
 def test_cost_tie_break_uses_no_more_devices_than_needed():

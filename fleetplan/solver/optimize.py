@@ -38,6 +38,7 @@ from fleetplan.solver.candidates import Candidates
 from fleetplan.solver.formulation import (
     Columns,
     MatrixForm,
+    budget_row,
     device_use_row,
     matrix_for,
     previous_instances,
@@ -69,7 +70,8 @@ STAGE_TUNING: dict[tuple[str, str] | str, dict[str, bool | int | float | str]] =
     ("primary", "cost"): {"presolve": "off"},
     "tie_break": {"presolve": "off", "mip_heuristic_run_rins": False, "mip_heuristic_run_rens": False},
 }
-# Laid over STAGE_TUNING, per step, when the request has a budget_per_hour (docs/solvers.md, "Per call"):
+# Laid over STAGE_TUNING, per step, when the model has a budget row (formulation.budget_row: a budget below
+# the fleet's cost; docs/solvers.md, "Per call"):
 # under a budget row the tie-break's presolve pays again.
 BUDGET_TUNING: dict[str, dict[str, bool | int | float | str]] = {
     "tie_break": {"presolve": "choose"},
@@ -165,7 +167,7 @@ class _Solver:
         """backend.solve(form, objective, sense, **kwargs), recorded."""
         began = time.perf_counter()
         tuning = STAGE_TUNING.get((step, stage), STAGE_TUNING.get(step))
-        if self.clock.options.budget_per_hour is not None and step in BUDGET_TUNING:
+        if _has_budget_row(form) and step in BUDGET_TUNING:
             tuning = {**(tuning or {}), **BUDGET_TUNING[step]}
         if self.cutoff is not None and step in ("start", "primary"):
             value, cutoff_sense = self.cutoff
@@ -571,6 +573,11 @@ def assign_outcome(
     )
 
 
+def _has_budget_row(form: MatrixForm) -> bool:
+    """Whether the model holds the plan to a budget (formulation.budget_row; define_budget's rows)."""
+    return any(name == "budget" and end > begin for name, begin, end in form.row_blocks)
+
+
 def _tightest_bound(primary: SolveResult, relaxed: list[SolveResult], sense: Sense) -> float | None:
     """The primary stage's proven bound: the MIP's dual bound, or the first LP relaxation's optimum (a bound
     on the same objective over the same model) where that is tighter, e.g. when the time limit stops the
@@ -674,7 +681,7 @@ def rounded_start(form: MatrixForm, cols: Columns, cand: Candidates, x_lp: np.nd
     free = (devices["count"] - (cand.pools.assign(u=x * tp).groupby("device")["u"].sum())).fillna(
         devices["count"]
     )
-    budget = cand.request.options.budget_per_hour
+    budget = budget_row(cand.request)
     price = cand.pools["device"].map(devices["cost_per_hour"]).to_numpy(float) * tp
     spend = float(price @ x)
     for index in np.argsort(-(x_lp - x), kind="stable"):

@@ -5,8 +5,9 @@ solved. Two exact shortcuts make a budget sweep cheap, neither of which changes 
 
 - a plan solved under budget B that costs C is also the plan under every budget in [C, B]: it is feasible
   there, and no plan there can beat it, since every such plan was feasible under B too (reuse). When B is
-  at least the fleet's cost (every device at its capacity, fleet_cost) the budget row cuts nothing off,
-  so the plan answers every budget from C up (service.task_chunks gives those points one task). The same
+  at least the fleet's cost (every device at its capacity, formulation.spends_all) the model has no
+  budget row (formulation.budget_row), so the plan is the unbudgeted one and answers every budget from C
+  up (service.task_chunks gives those points one task). The same
   holds for each device type's capacity, between what the plan's MILP uses of it and what it was solved
   with (Reach);
 - a plan is a feasible start for another point when that point's bounds keep it (warm start), which
@@ -36,7 +37,7 @@ from fleetplan.profiler.tables import ProfileTable
 from fleetplan.solver import baselines, extract
 from fleetplan.solver.backends import Termination, relative_gap
 from fleetplan.solver.candidates import Candidates, build_candidates, check_profiles_cover, device_table
-from fleetplan.solver.formulation import pool_cost, with_matrix_memo
+from fleetplan.solver.formulation import pool_cost, spends_all, with_matrix_memo
 from fleetplan.solver.optimize import Outcome, optimize, optimize_above, optimize_from
 from fleetplan.solver.window import settle
 from fleetplan.whatif.grid import one_more, shares_candidates, variant, widened
@@ -319,16 +320,10 @@ class PointSolver:
         return best
 
 
-def fleet_cost(request: PlanRequest) -> float:
-    """What every device at its capacity (owned plus purchasable) costs per hour: the most the budget row
-    can ever charge, so any budget from here up constrains nothing."""
-    return float(sum(d.cost_per_hour * d.capacity for d in request.devices))
-
-
 def reach_of(request: PlanRequest, budget: float) -> float:
     """The highest budget a plan or baseline computed under `budget` answers: that budget, or every budget
     when it is at least the fleet's cost (the budget row then cuts nothing off)."""
-    return np.inf if budget >= fleet_cost(request) - 1e-9 else budget
+    return np.inf if spends_all(request, budget) else budget
 
 
 def answers(spend: float, budget: float, reach: float) -> bool:
