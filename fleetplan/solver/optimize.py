@@ -697,29 +697,6 @@ def rounded_start(form: MatrixForm, cols: Columns, cand: Candidates, x_lp: np.nd
     return x
 
 
-def optimize_from(request: PlanRequest, cand: Candidates, start: np.ndarray | None) -> Outcome:
-    """optimize() seeded with `start`, a neighbouring what-if point's plan on the same columns.
-
-    When `start` is feasible for this model it takes the place of steps 2-3 (the relaxations and the
-    sub-MIP): steps 4-6 run as in optimize(), and the Outcome has no LP bound. A start this model's bounds
-    cut off (a higher budget's plan) is optimize()'s hint; without a start, or on other columns, it is
-    exactly optimize().
-    """
-    if start is None:
-        return optimize(request, cand)
-    options = request.options
-    clock = _Clock.start(options)
-    model = build_model(cand, clock)
-    stages = STAGES[options.objective]
-    if len(start) != model.form.A.shape[1] or not is_feasible(model.form, start):
-        return _solve(model, stages, clock, start)  # primal_start ignores a hint on other columns
-    solver = _Solver(get_backend(options.solver), clock)
-    solve_began = time.perf_counter()
-    primary = solve_primary(model, stages[0], start, solver)
-    final = tie_break(model, stages, primary, solver)
-    return assign_outcome(model, [], primary, final, solver, solve_began)
-
-
 def is_feasible(form: MatrixForm, v: np.ndarray, tol: float = 1e-6) -> bool:
     """Whether `v` keeps every column bound, integrality and row of `form` (within `tol`, relative to
     max(1, |bound|) for rows)."""

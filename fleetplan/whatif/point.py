@@ -1,7 +1,12 @@
-"""One grid point: its request, its plan (warm-started, or provably another budget's plan), its summary.
+"""One grid point: its request, its plan (solved as solver.plan solves it, or provably another budget's
+plan), its summary.
 
 A PointSolver runs the points one executor task owns, in falling budget order, and keeps every plan it
-solved. Two exact shortcuts make a budget sweep cheap, neither of which changes any answer:
+solved. A point it solves takes the very solver calls of a single `POST /plan` (optimize.optimize, no
+start from a neighbour): the MILP often has several plans of one value, the passes after it (the pooled
+credit, the window guard) credit them differently, and a start from a neighbouring point led HiGHS to
+another of them (docs/whatif.md, "Each point is a single plan"). An exact shortcut makes a budget sweep
+cheap without changing the MILP's value:
 
 - a plan solved under budget B that costs C is also the plan under every budget in [C, B]: it is feasible
   there, and no plan there can beat it, since every such plan was feasible under B too (reuse). When B is
@@ -9,16 +14,12 @@ solved. Two exact shortcuts make a budget sweep cheap, neither of which changes 
   budget row (formulation.budget_row), so the plan is the unbudgeted one and answers every budget from C
   up (service.task_chunks gives those points one task). The same
   holds for each device type's capacity, between what the plan's MILP uses of it and what it was solved
-  with (Reach);
-- a plan is a feasible start for another point when that point's bounds keep it (warm start), which
-  replaces the relaxations and the sub-MIP of optimize() (solver.optimize.optimize_from); a plan the
-  point's budget cuts off (the point above it) still widens the box of optimize()'s sub-MIP (its hint).
+  with (Reach). The MILP's value is the point's; of several plans of that value, a single plan at the
+  point's own budget may find another, which the passes after the MILP may credit differently.
 
 A task runs its points in falling budget (and device count) order, so that each plan answers the task's
 lower points down to its cost: on paper.json every plateau of the curve (two grid points with one
 optimum) costs one solve.
-(Rising order, the order before, warm-starts each point from the plan below it instead; measured, that
-start saves nothing on paper.json, since HiGHS's proof, not the incumbent, takes the time: docs/whatif.md.)
 """
 
 import dataclasses
@@ -38,7 +39,7 @@ from fleetplan.solver import baselines, extract
 from fleetplan.solver.backends import Termination, relative_gap
 from fleetplan.solver.candidates import Candidates, build_candidates, check_profiles_cover, device_table
 from fleetplan.solver.formulation import pool_cost, spends_all, with_matrix_memo
-from fleetplan.solver.optimize import Outcome, optimize, optimize_above, optimize_from
+from fleetplan.solver.optimize import Outcome, optimize, optimize_above
 from fleetplan.solver.window import settle
 from fleetplan.whatif.grid import one_more, shares_candidates, variant, widened
 
@@ -131,7 +132,7 @@ def fit_signature(request: PlanRequest, tps: dict[str, tuple[int, ...]]) -> tupl
 
 @dataclass
 class PointSolver:
-    """Solves the points of one task; keeps its plans for reuse and warm starts."""
+    """Solves the points of one task; keeps its plans for reuse."""
 
     ctx: SweepContext
     # per request but for its budget and device capacities (resource_key): (reach, plan) for reuse
@@ -149,7 +150,7 @@ class PointSolver:
         coords = self.ctx.coords[index]
         request = variant(self.ctx.request.base, coords)
         cand = self.candidates_for(request)
-        solved = self.solve(request, cand, None)
+        solved = self.solve(request, cand)
         marginal = self.marginal(request, cand, solved) if self.ctx.request.marginal else {}
         return Point(
             coords=coords,
@@ -208,16 +209,13 @@ class PointSolver:
         key, budget, capacity = resource_key(request)
         return key + repr(fit_signature(request, self.ctx.tps)).encode(), budget, capacity
 
-    def solve(self, request: PlanRequest, cand: Candidates, start: np.ndarray | None) -> Solved:
-        """The plan of `request`: another budget's plan where provably the same, else a solve seeded
-        with `start` or with the latest plan on these columns."""
+    def solve(self, request: PlanRequest, cand: Candidates) -> Solved:
+        """The plan of `request`: another budget's plan where provably the same, else its own solve."""
         kept = self.reuse(request)
         if kept is not None:
             return kept
-        if start is None:
-            start = self._best_start(request)
         began = time.perf_counter()
-        solved = solve_request(request, cand, start)
+        solved = solve_request(request, cand)
         return self.keep(request, dataclasses.replace(solved, ms=(time.perf_counter() - began) * 1e3))
 
     def reuse(self, request: PlanRequest) -> Solved | None:
@@ -280,7 +278,7 @@ class PointSolver:
         if kept is not None:
             return kept
         if more.options.objective != "max_goodput" or solved.objective is None or not same:
-            return self.solve(more, cand, None)
+            return self.solve(more, cand)
         floor = solved.objective + more.options.mip_rel_gap * max(abs(solved.objective), 1.0)
         began = time.perf_counter()
         outcome, mip = optimize_above(more, cand, floor, device, hint=solved.values)
@@ -292,32 +290,8 @@ class PointSolver:
         status = _STATUS.get(outcome.termination)
         if outcome.values is None or status is None:
             self.solves += 1
-            return self.solve(more, cand, None)
+            return self.solve(more, cand)
         return self.keep(more, dataclasses.replace(summarize(more, cand, outcome, status), ms=ms))
-
-    def _best_start(self, request: PlanRequest) -> np.ndarray | None:
-        """The kept plan with the most SLO RPS that fits this request's devices and budget (at its
-        prices): the likeliest feasible start (optimize_from checks every row before using it). When
-        none fits, the plan of the least larger resources on this request (in falling order, the point
-        solved just before): optimize_from takes it as the sub-MIP's hint."""
-        key, budget, capacity = self.plan_key(request)
-        price = {d.name: d.cost_per_hour for d in request.devices}
-        best, best_rps = None, -1.0
-        for entries in self.plans.values():
-            for _, solved in entries:
-                if solved.values is None or solved.slo_rps <= best_rps:
-                    continue
-                cost = sum(price[name] * n for name, n in solved.used.items())
-                if cost <= budget + 1e-9 and all(n <= capacity[name] for name, n in solved.used.items()):
-                    best, best_rps = solved.values, solved.slo_rps
-        if best is None:
-            above = [
-                (reach.budget, sum(reach.capacity.values()), s)
-                for reach, s in self.plans.get(key, [])
-                if reach.budget >= budget and all(reach.capacity[k] >= n for k, n in capacity.items())
-            ]
-            best = min(above, key=lambda entry: entry[:2])[2].values if above else None
-        return best
 
 
 def reach_of(request: PlanRequest, budget: float) -> float:
@@ -351,13 +325,13 @@ def resource_key(request: PlanRequest) -> tuple[bytes, float, dict[str, int]]:
     return key, budget, {d.name: d.capacity for d in request.devices}
 
 
-def solve_request(request: PlanRequest, cand: Candidates, start: np.ndarray | None) -> Solved:
-    """Solve like solver.plan (the same optimize steps, the min_cost fallback, the same numbers), but
+def solve_request(request: PlanRequest, cand: Candidates) -> Solved:
+    """Solve as solver.plan does (the same optimize calls, the min_cost fallback, the same numbers), but
     return only the summary a point needs."""
     demand = float(cand.classes["rate_rps"].sum())
     if cand.uses.empty:
         return Solved("no_candidates", 0.0, demand, 0.0, 0.0, _zeros(request), [], None, 0.0)
-    outcome = optimize_from(request, cand, start)
+    outcome = optimize(request, cand)
     status = _STATUS.get(outcome.termination)
     if outcome.termination is Termination.INFEASIBLE and request.options.objective == "min_cost":
         options = msgspec.structs.replace(request.options, objective="max_goodput")
@@ -375,8 +349,8 @@ def solve_request(request: PlanRequest, cand: Candidates, start: np.ndarray | No
 
 def summarize(request: PlanRequest, cand: Candidates, outcome: Outcome, status: str) -> Solved:
     """A solved request's summary: the pooled credit and the window guard applied as solver.plan applies
-    them, then the point's numbers; the MILP's own vector and value are kept for the neighbours."""
-    # the MILP's own vector warm-starts the neighbours (the credited one breaks their capacity rows)
+    them, then the point's numbers; the MILP's own vector and value are kept for the marginal values."""
+    # the MILP's own vector is the marginal values' hint and floor (the credited one breaks capacity rows)
     milp_values = outcome.values
     objective = outcome.primary_value
     instances = np.round(milp_values[: outcome.columns.n_pools])
