@@ -4,12 +4,15 @@
     .venv/bin/python -m bench.whatif_speed --num 21 --modes serial processes
     .venv/bin/python -m bench.whatif_speed --marginal --baselines  # the WhatIfRequest defaults
     .venv/bin/python -m bench.whatif_speed --axis count:tpu-v5e=0:24:25 --budget 16 --modes serial
+    .venv/bin/python -m bench.whatif_speed --modes serial --single  # every point against a single plan
 
 Every mode runs the same WhatIfRequest in this one process run, so the ratios share the machine's load.
-The baseline is `serial` (every point in this process, with the sweep's exact plan reuse and warm starts);
+The baseline is `serial` (every point in this process, with the sweep's exact plan reuse);
 `naive` estimates what a loop of single `fleetplan.solver.plan()` calls would take (the mean of
---naive-samples timed calls at random points, times the number of points). Every mode's points are
-checked against serial's (SLO RPS and cost within the MIP gap). The default executor is `processes`
+--naive-samples timed calls at random points, times the number of points; with --single, every point is
+planned singly, the loop measured, and the points whose SLO RPS or cost differs from the first mode's
+beyond mip_rel_gap are counted and listed). Every mode's points are checked against the first mode's (SLO
+RPS within the MIP gap). The default executor is `processes`
 with one worker per CPU. `cpu s` is this process's and its reaped children's CPU time over the mode (for
 Dask with its workers' start-up and shut-down): on a machine others share, compare it when wall times
 stretch.
@@ -98,6 +101,24 @@ def _points(result: WhatIfResult) -> list[dict]:
     ]
 
 
+def _singles(request: WhatIfRequest, reference: WhatIfResult) -> tuple[list[float], list[dict]]:
+    """Every point as a single plan() (the API's answer at that point): the seconds each took, and the
+    points whose SLO RPS or cost differs from the sweep's by more than mip_rel_gap (1e-6 absolute)."""
+    gap = request.base.options.mip_rel_gap
+    times, differ = [], []
+    for p in reference.points:
+        began = time.perf_counter()
+        single = plan(variant(request.base, p.coords), with_baselines=request.baselines)
+        times.append(time.perf_counter() - began)
+        rps_off = abs(p.slo_rps - single.slo_rps) > max(gap * max(abs(single.slo_rps), 1.0), 1e-6)
+        if rps_off or abs(p.cost_per_hour - single.cost_per_hour) > 1e-6:
+            differ.append(
+                {"coords": p.coords, "slo_rps": p.slo_rps, "single": single.slo_rps, "reused": p.reused}
+                | {"cost": p.cost_per_hour, "single_cost": single.cost_per_hour}
+            )
+    return times, differ
+
+
 def _naive(request: WhatIfRequest, samples: int, seed: int) -> list[float]:
     coords = [{request.axes[0].param: v} for v in request.axes[0].grid()]
     times = []
@@ -118,6 +139,11 @@ def main() -> None:
     parser.add_argument("--marginal", action="store_true", help="marginal RPS per device type per point")
     parser.add_argument("--baselines", action="store_true", help="both baselines per point")
     parser.add_argument("--naive-samples", type=int, default=3)
+    parser.add_argument(
+        "--single",
+        action="store_true",
+        help="plan every point singly: how many differ from the sweep, and the loop's measured time",
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--axis", help="PARAM=START:STOP:NUM instead of budget_per_hour=0:STOP:NUM")
     parser.add_argument("--budget", type=float, help="the base request's budget_per_hour")
@@ -155,7 +181,8 @@ def main() -> None:
             }
         )
         print(f"{mode}: {wall:.1f} s", flush=True)
-    naive = _naive(request, args.naive_samples, args.seed)
+    singles = _singles(request, reference) if args.single and reference is not None else None
+    naive = singles[0] if singles else _naive(request, args.naive_samples, args.seed)
     naive_s = float(np.mean(naive)) * args.num if naive else float("nan")
     serial = next((r["wall_s"] for r in runs if r["mode"] == "serial"), runs[0]["wall_s"])
     head = f"{'mode':<10} {'workers':>7} {'wall s':>8} {'vs serial':>9} {'cpu s':>7}"
@@ -167,9 +194,16 @@ def main() -> None:
             f"{len(r['disagree_with_first']):>8}"
         )
     if naive:
+        how = "measured" if singles else "estimated"
         lines.append(
-            f"{'naive':<10} {1:>7} {naive_s:>8.1f} {serial / naive_s:>8.2f}x {'':>7}  (estimated: "
+            f"{'naive':<10} {1:>7} {naive_s:>8.1f} {serial / naive_s:>8.2f}x {'':>7}  ({how}: "
             f"{len(naive)} plan() calls, mean {np.mean(naive):.2f} s, x {args.num} points)"
+        )
+    if singles:
+        listed = ", ".join(f"{d['coords']}: {d['slo_rps']:.4f} vs {d['single']:.4f}" for d in singles[1])
+        lines.append(
+            f"single plans: {len(singles[1])} of {args.num} points differ from the sweep's first mode"
+            + (f" ({listed})" if listed else "")
         )
     default = next((r for r in runs if r["mode"] == "processes"), None)
     if default is not None and not args.axis and args.budget is None:
@@ -194,6 +228,7 @@ def main() -> None:
         "runs": runs,
         "naive_plan_s": naive,
         "naive_estimate_s": naive_s if naive else None,
+        "single_plans_differ": None if singles is None else singles[1],
         "table": table,
     }
     write_results("whatif_speed", out)

@@ -26,14 +26,7 @@ from fleetplan.models import PlanRequest
 from fleetplan.solver import extract, plan
 from fleetplan.solver.backends import Sense, get_backend
 from fleetplan.solver.candidates import build_candidates
-from fleetplan.solver.formulation import (
-    KEY,
-    MatrixForm,
-    budget_row,
-    build_matrix,
-    define_device_cuts,
-    switch_values,
-)
+from fleetplan.solver.formulation import KEY, MatrixForm, build_matrix, define_device_cuts, switch_values
 from fleetplan.solver.pipeline import resolve_profiles
 
 SETTINGS = settings(
@@ -68,8 +61,9 @@ def _compare(request: PlanRequest) -> None:
     plain, _ = build_matrix(cand, strengthen=False)
     # the plain model's columns are a prefix: the shape counts n[s] and the owner switches z[o] come last
     assert strong.A.shape[1] == plain.A.shape[1] + cols.n_shapes + cols.n_switches
-    # owner switches come with a budget row, which a budget below the fleet's cost has
-    assert cols.n_switches == (cand.pools["owner"].nunique() if budget_row(request) is not None else 0)
+    assert cols.n_switches == (
+        cand.pools["owner"].nunique() if request.options.budget_per_hour is not None else 0
+    )
     # the LP relaxation of the strengthened model is never looser
     lp_strong, lp_plain = (
         _solve(strong, "goodput", Sense.MAX, True),

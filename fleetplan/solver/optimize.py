@@ -70,8 +70,7 @@ STAGE_TUNING: dict[tuple[str, str] | str, dict[str, bool | int | float | str]] =
     ("primary", "cost"): {"presolve": "off"},
     "tie_break": {"presolve": "off", "mip_heuristic_run_rins": False, "mip_heuristic_run_rens": False},
 }
-# Laid over STAGE_TUNING, per step, when the model has a budget row (formulation.budget_row: a budget below
-# the fleet's cost; docs/solvers.md, "Per call"):
+# Laid over STAGE_TUNING, per step, when the request has a budget_per_hour (docs/solvers.md, "Per call"):
 # under a budget row the tie-break's presolve pays again.
 BUDGET_TUNING: dict[str, dict[str, bool | int | float | str]] = {
     "tie_break": {"presolve": "choose"},
@@ -167,7 +166,7 @@ class _Solver:
         """backend.solve(form, objective, sense, **kwargs), recorded."""
         began = time.perf_counter()
         tuning = STAGE_TUNING.get((step, stage), STAGE_TUNING.get(step))
-        if _has_budget_row(form) and step in BUDGET_TUNING:
+        if self.clock.options.budget_per_hour is not None and step in BUDGET_TUNING:
             tuning = {**(tuning or {}), **BUDGET_TUNING[step]}
         if self.cutoff is not None and step in ("start", "primary"):
             value, cutoff_sense = self.cutoff
@@ -571,11 +570,6 @@ def assign_outcome(
         tie_break_gap=final.tie_break_gap,
         stages=tuple(solver.records),
     )
-
-
-def _has_budget_row(form: MatrixForm) -> bool:
-    """Whether the model holds the plan to a budget (formulation.budget_row; define_budget's rows)."""
-    return any(name == "budget" and end > begin for name, begin, end in form.row_blocks)
 
 
 def _tightest_bound(primary: SolveResult, relaxed: list[SolveResult], sense: Sense) -> float | None:

@@ -10,9 +10,9 @@ cheap without changing the MILP's value:
 
 - a plan solved under budget B that costs C is also the plan under every budget in [C, B]: it is feasible
   there, and no plan there can beat it, since every such plan was feasible under B too (reuse). When B is
-  at least the fleet's cost (every device at its capacity, formulation.spends_all) the model has no
-  budget row (formulation.budget_row), so the plan is the unbudgeted one and answers every budget from C
-  up (service.task_chunks gives those points one task). The same
+  at least the fleet's cost (every device at its capacity, formulation.spends_all) the budget cuts
+  nothing off and every such budget is one model (its budget rows at that cost: formulation.budget_row),
+  so the plan answers every budget from C up (service.task_chunks gives those points one task). The same
   holds for each device type's capacity, between what the plan's MILP uses of it and what it was solved
   with (Reach). The MILP's value is the point's; of several plans of that value, a single plan at the
   point's own budget may find another, which the passes after the MILP may credit differently.

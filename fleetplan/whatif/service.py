@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 from fleetplan.models.whatif import Point, WhatIfRequest, WhatIfResult, WhatIfSolver
 from fleetplan.profiler.store import ProfileStore
-from fleetplan.solver.formulation import budget_row
+from fleetplan.solver.formulation import spends_all
 from fleetplan.solver.pipeline import resolve_profiles
 from fleetplan.whatif.executors import Executor, Serial, chunks_of
 from fleetplan.whatif.frontier import frontier
@@ -72,17 +72,17 @@ def run_whatif(
 
 
 def task_chunks(ctx: SweepContext, tasks: int) -> list[list[int]]:
-    """The executor's chunks: the points whose budget is at least their fleet's cost (whose model has no
-    budget row: formulation.budget_row), one chunk per request but for the budget (one solve answers them
-    all, and one per device type their marginal values), then the others sorted by their other
-    coordinates and then budget and cut into `tasks` contiguous chunks (executors.chunks_of), the highest
-    budget first."""
+    """The executor's chunks: the points whose budget is at least their fleet's cost (whose models are one,
+    the budget rows at that cost: formulation.budget_row), one chunk per request but for the budget (one
+    solve answers them all, and one per device type their marginal values), then the others sorted by
+    their other coordinates and then budget and cut into `tasks` contiguous chunks (executors.chunks_of),
+    the highest budget first."""
     budget = [c.get("budget_per_hour", 0.0) for c in ctx.coords]
     unbound: dict[bytes, list[int]] = {}
     rest = []
     for i, coords in enumerate(ctx.coords):
         request = variant(ctx.request.base, coords) if "budget_per_hour" in coords else None
-        if request is not None and budget_row(request) is None:
+        if request is not None and spends_all(request, budget[i]):
             unbound.setdefault(budget_key(request)[0], []).append(i)
         else:
             rest.append(i)
