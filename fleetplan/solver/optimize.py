@@ -11,8 +11,9 @@ optimize() runs these steps, one function each:
    every x is boxed between the floor of the smallest and the ceiling of the largest value it takes in the
    LP solutions (the max-goodput LP spreads over device types, the min-cost LP packs them; together they
    span good integer plans), which leaves a small MIP that HiGHS solves in a fraction of the time; a
-   neighbouring plan given as a hint (a what-if sweep's higher budget) widens that box. If it finds
-   nothing, the economical LP rounded within the devices, its flows re-solved with x fixed.
+   neighbouring plan given as a hint (a what-if point's own plan, for its marginal values) widens that
+   box. If it finds nothing, the economical LP rounded within the devices, its flows re-solved with x
+   fixed.
 3b. search_neighbourhoods: on instances whose full MIP cannot end its root node in the time limit (one LP
    relaxation taking LNS_LP_S or more, is_large), sub-MIPs around the start that free part of its
    instances (solver/neighbourhood.py) first improve it.
@@ -488,9 +489,10 @@ def search_neighbourhoods(
 
 def hint_rows(x: np.ndarray) -> np.ndarray:
     """A neighbouring plan's instances and the same less one instance per pool (at least 0): the rows the
-    sub-MIP's box spans for a hint. Measured on paper.json's 100-point budget sweep (falling budgets, each
-    point hinted with the plan above it; docs/whatif.md): the starts came within 0-3% of each optimum
-    (2-8% without), and the sweep's solves took 5-10% less CPU over three HiGHS seeds."""
+    sub-MIP's box spans for a hint (today the marginal values': optimize_above with the point's plan).
+    Measured in session 10 on paper.json's 100-point budget sweep, each point hinted with the plan above it:
+    the starts came within 0-3% of each optimum (2-8% without), and the solves took 5-10% less CPU; since
+    session 22 the points are solved without it (docs/whatif.md, "Each point is a single plan")."""
     x = np.round(x)
     return np.vstack([x, np.maximum(x - 1, 0)])
 
