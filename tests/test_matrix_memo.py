@@ -11,7 +11,7 @@ import pytest
 from fleetplan import fixtures
 from fleetplan.models.codec import read_request
 from fleetplan.solver.candidates import build_candidates, device_table
-from fleetplan.solver.formulation import MatrixForm, build_matrix, matrix_for, with_matrix_memo
+from fleetplan.solver.formulation import MatrixForm, build_matrix, fleet_cost, matrix_for, with_matrix_memo
 from fleetplan.solver.pipeline import resolve_profiles
 
 
@@ -62,6 +62,12 @@ def test_another_budget_reuses_the_model_with_its_own_budget_rows(paper_at_14):
     (begin, end) = [(b, e) for name, b, e in form.row_blocks if name == "budget"][0]
     assert form.row_hi[begin:end].tolist() == [9.0, 9.0]
     assert first.row_hi[begin:end].tolist() == [14.0, 14.0]  # the first caller's copy is its own
+    # no budget is the same model with its rows at the fleet's cost (formulation.budget_row)
+    unbudgeted = dataclasses.replace(paper_at_14, request=_at(paper_at_14.request, None))
+    form, _ = matrix_for(unbudgeted)
+    assert form.A is first.A
+    assert _equal(form, build_matrix(unbudgeted)[0])
+    assert form.row_hi[begin:end].tolist() == [fleet_cost(unbudgeted.request)] * 2
 
 
 def test_a_callers_changes_to_its_bounds_do_not_reach_the_kept_model(paper_at_14):
@@ -72,13 +78,11 @@ def test_a_callers_changes_to_its_bounds_do_not_reach_the_kept_model(paper_at_14
     assert _equal(again, build_matrix(paper_at_14)[0])
 
 
-@pytest.mark.parametrize("change", ["no budget", "one more device", "other pools", "other option"])
+@pytest.mark.parametrize("change", ["one more device", "other pools", "other option"])
 def test_anything_but_the_budget_builds_anew(paper_at_14, change):
     kept, _ = matrix_for(paper_at_14)
     request = paper_at_14.request
-    if change == "no budget":
-        other = dataclasses.replace(paper_at_14, request=_at(request, None))
-    elif change == "one more device":
+    if change == "one more device":
         first, *others = request.devices
         devices = [msgspec.structs.replace(first, count=first.count + 1), *others]
         more = msgspec.structs.replace(request, devices=devices)

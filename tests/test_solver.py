@@ -234,16 +234,21 @@ def test_every_budget_from_the_fleet_cost_up_builds_one_model():
     assert budget_row(below) == pytest.approx(cost - 0.01)
     form, _ = build_matrix(dataclasses.replace(cand, request=below))
     assert not np.array_equal(form.row_hi, at_cost.row_hi)
-    assert budget_row(request) is None  # paper.json has no budget: no budget rows at all
+    # paper.json has no budget: the same model, its rows at the fleet's cost
+    assert budget_row(request) == cost
+    form, _ = build_matrix(cand)
+    assert (form.A != at_cost.A).nnz == 0
+    assert np.array_equal(form.row_hi, at_cost.row_hi)
 
 
 def test_budgets_from_the_fleet_cost_up_plan_alike():
     """Before, a budget row above the fleet's cost steered HiGHS to one or another plan of the same MILP
     value by its right-hand side alone, which the passes after the MILP credit differently: paper.json
-    planned 56.019 SLO RPS under 40 $/h and 55.990 under 23.64 and 60 $/h. Every budget the fleet cannot
-    spend now gets one plan."""
+    planned 56.019 SLO RPS under 40 $/h, 55.990 under 23.64 and 60 $/h and 56.010 without a budget. No
+    budget and every budget the fleet cannot spend now get one plan."""
     request = fixture_request("paper")
-    plans = [plan(_at_budget(request, budget), with_baselines=False) for budget in (23.64, 40.0, 60.0)]
+    budgets = (None, 23.64, 40.0, 60.0)
+    plans = [plan(_at_budget(request, budget), with_baselines=False) for budget in budgets]
     for other in plans[1:]:
         assert other.slo_rps == plans[0].slo_rps
         assert other.cost_per_hour == plans[0].cost_per_hour

@@ -61,9 +61,8 @@ def _compare(request: PlanRequest) -> None:
     plain, _ = build_matrix(cand, strengthen=False)
     # the plain model's columns are a prefix: the shape counts n[s] and the owner switches z[o] come last
     assert strong.A.shape[1] == plain.A.shape[1] + cols.n_shapes + cols.n_switches
-    assert cols.n_switches == (
-        cand.pools["owner"].nunique() if request.options.budget_per_hour is not None else 0
-    )
+    # the owner switches and the device-use columns are on every strengthened model (budget_row)
+    assert cols.n_switches == cand.pools["owner"].nunique()
     # the LP relaxation of the strengthened model is never looser
     lp_strong, lp_plain = (
         _solve(strong, "goodput", Sense.MAX, True),
@@ -195,17 +194,19 @@ def test_cost_tie_break_is_the_lexicographic_optimum_under_a_budget(request):
     _check_lexicographic(request)
 
 
-def test_device_use_columns_only_under_a_budget_and_equal_to_the_devices_used():
+def test_device_use_columns_on_every_model_and_equal_to_the_devices_used():
     from fleetplan import fixtures
     from fleetplan.models.codec import read_request
 
     base = read_request(fixtures.request_path("paper"))
-    free, _ = build_matrix(_candidates(base))
+    free, free_cols = build_matrix(_candidates(base))
+    plain, _ = build_matrix(_candidates(base), strengthen=False)
     capped = msgspec.structs.replace(base, options=msgspec.structs.replace(base.options, budget_per_hour=9.0))
     cand = _candidates(capped)
     form, cols = build_matrix(cand)
-    assert cols.n_used == len(capped.devices) == 3
-    assert form.A.shape[1] == free.A.shape[1] + 3 + cols.n_switches
+    assert cols.n_used == free_cols.n_used == len(capped.devices) == 3
+    assert form.A.shape == free.A.shape  # without a budget, the same columns and rows (budget_row)
+    assert form.A.shape[1] == plain.A.shape[1] + cols.n_shapes + cols.n_switches
     assert form.integer[cols.used_offset :].all()  # u[k], then the shape counts n[s], then z[o]
     (budget,) = [(b, e) for name, b, e in form.row_blocks if name == "budget"]
     assert budget[1] - budget[0] == 2  # over x, and over u
@@ -338,7 +339,7 @@ def test_device_rows_count_a_shape_once_through_its_n_column():
     # a pool alone in its shape keeps its x in the device row; the others appear only through n[s]
     assert np.all(rows[:, : cols.n_pools][:, ~alone] == 0)
     assert np.all(rows[:, : cols.n_pools][:, alone].sum(axis=0) == cand.pools["tp"].to_numpy()[alone])
-    assert np.all(rows[:, cols.shape_offset :].sum(axis=0) > 0)
+    assert np.all(rows[:, cols.shape_offset : cols.switch_offset].sum(axis=0) > 0)
     assert form.integer[cols.shape_offset :].all()
 
 
@@ -402,9 +403,10 @@ def test_owner_switch_rows_by_hand():
     assert rows[3:, z].tolist() == [[-1, 0, 0], [0, -1, 0], [0, 0, -1]] * 2
     assert (form.row_lo[begin + 3 : end] == 0).all()
     assert (form.row_hi[begin + 3 : end] == np.inf).all()
+    # without a budget the same switches (its budget rows at the fleet's cost: budget_row)
     unbudgeted, free_cols = build_matrix(_candidates(_paper_at(None)))
-    assert free_cols.n_switches == 0
-    assert "switches" not in [name for name, b, e in unbudgeted.row_blocks if e > b]
+    assert free_cols.n_switches == 3
+    assert (unbudgeted.A != form.A).nnz == 0
 
 
 def test_owner_switches_keep_the_optimum_and_split_the_budget_sliver():

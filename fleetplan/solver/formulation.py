@@ -4,8 +4,9 @@ Columns: x[pool] (integer instances) | f[use] (RPS of a class through a pool; fo
 destination key) | s[w, key, tier] (KV-flow slack carried down the bandwidth tiers) | phi (only for
 max_min_fraction) | d[k] (only for a churn-limited re-plan: instances moved per pool key k) | b[k] (integer
 devices bought, only for purchasable types: `Device.max_count`) | u[k] (integer devices used per type, only
-under budget_per_hour: define_device_use) | n[s] (integer instances per pool shape with more than one pool:
-define_shapes) | z[o] (binary: owner o's pools serve at all; only under budget_per_hour: define_switches).
+on every model since session 22, with the budget rows: define_device_use, budget_row) | n[s] (integer
+instances per pool shape with more than one pool: define_shapes) | z[o] (binary: owner o's pools serve at
+all; on the strengthened model: define_switches).
 Each family returns a Block of COO
 triplets; `build_matrix` stacks them into one CSR matrix, the only form a backend sees.
 """
@@ -55,7 +56,7 @@ class Columns:
     has_phi: bool
     n_churn: int = 0  # d[k] columns, one per pool key of a churn-limited re-plan
     buy: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # device rows with a b column
-    n_used: int = 0  # u[k] columns (devices used per type), only under budget_per_hour (define_device_use)
+    n_used: int = 0  # u[k] columns (devices used per type; define_device_use, on every model: budget_row)
     # per pool: its shape's n[s] column number s (define_shapes), or -1 where the pool is its shape's only one
     shape: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     # per pool: its owner's z[o] column number o (define_switches); empty where the model has no z columns
@@ -372,7 +373,8 @@ def define_switches(cand: Candidates, cols: Columns) -> Block:
     pays for a whole prefill and a whole decode instance before any of its demand counts. Under a budget
     the LP relaxation serves a sliver of an owner with slivers of instances bought from the last dollars;
     branching on x alone proves that no whole pair fits only after thousands of nodes (docs/solvers.md,
-    "Owner switches": paper.json at 20.61 $/h, 754-7,796 nodes -> 7-8).
+    "Owner switches": paper.json at 20.61 $/h, 754-7,796 nodes -> 7-8). On every strengthened model since
+    session 22, whose budget rows are there without a budget too (budget_row).
     """
     n = cols.n_switches
     if not n:
@@ -563,20 +565,28 @@ def fleet_cost(request: PlanRequest) -> float:
     return float(sum(d.cost_per_hour * d.capacity for d in request.devices))
 
 
-def budget_row(request: PlanRequest) -> float | None:
-    """The right-hand side of the model's budget rows: options.budget_per_hour, but never above the
-    fleet's cost (`fleet_cost`, the most the rows can charge); None without a budget. A budget above the
-    fleet's cost cuts no plan off, yet its row still steered the solver's search: paper.json planned
-    56.019 SLO RPS under 40 $/h and 55.990 under 23.64 or 60 $/h (fleet cost 22.25), two plans of one MILP
-    value that the passes after the MILP credit differently. At the fleet's cost every such budget is one
-    model, so they all get one plan, as a what-if sweep answers them with one solve. (Dropping the rows
-    instead would make them the unbudgeted model, without the device-use and owner-switch columns, which
-    takes paper.json's MIP 1.15 s against 0.51 s; so the plan without a budget may be another of the same
-    value: 56.010 SLO RPS against 56.019.)"""
+def budget_row(request: PlanRequest) -> float:
+    """The right-hand side of the model's budget rows: options.budget_per_hour where it is below the
+    fleet's cost (`fleet_cost`, the most the rows can charge), else that cost, which binds nothing.
+
+    Every request's model has the rows, its device-use columns u[k] and its owner switches z[o]
+    (define_device_use, define_switches), budgeted or not (session 22). A budget at or above the fleet's
+    cost, and no budget at all, are then one model with one plan. Before, the rows' right-hand side
+    alone, binding nothing, steered the solver to one or another plan of the same MILP value, which the
+    passes after the MILP credit differently (paper.json: 56.019 SLO RPS under 40 $/h, 55.990 under 23.64
+    or 60 $/h, 56.010 without a budget; now 56.019 for all four), and the request without a budget ran
+    the model without u and z, whose MIP takes paper.json 1.2 s against 0.55 s (docs/solvers.md, "Budget
+    rows on every model")."""
     budget = request.options.budget_per_hour
-    if budget is None:
-        return None
-    return fleet_cost(request) if spends_all(request, budget) else float(budget)
+    if budget is None or spends_all(request, budget):
+        return fleet_cost(request)
+    return float(budget)
+
+
+def budget_binds(request: PlanRequest) -> bool:
+    """Whether the request's budget may cut a plan off: there is one, below the fleet's cost."""
+    budget = request.options.budget_per_hour
+    return budget is not None and not spends_all(request, budget)
 
 
 def spends_all(request: PlanRequest, budget: float) -> bool:
@@ -590,8 +600,6 @@ def define_budget(cand: Candidates, cols: Columns) -> Block:
     sum_k c_k * u[k] <= budget_per_hour (define_device_use), the budget taken at most at the fleet's cost
     (`budget_row`)."""
     budget = budget_row(cand.request)
-    if budget is None:
-        return _empty("budget")
     cost = pool_cost(cand)
     nz = np.flatnonzero(cost)
     price = cand.devices["cost_per_hour"].to_numpy(float)
@@ -612,10 +620,10 @@ def define_budget(cand: Candidates, cols: Columns) -> Block:
 
 def define_device_use(cand: Candidates, cols: Columns) -> Block:
     """sum_{pools on k} t * x[pool] - u[k] = 0: u[k], integer in [0, capacity_k], counts the devices of
-    type k a plan uses (bought ones included). Only under budget_per_hour, where the budget row over u
-    (define_budget) is a knapsack over a handful of integers whose cover cuts HiGHS derives at once; over
-    the pools' x it is one over hundreds. The same integer points and optima (u is x's image);
-    measured in docs/solvers.md ("HiGHS options": 1.3-2.5x fewer CPU ms on paper.json's budget points)."""
+    type k a plan uses (bought ones included). The budget row over u (define_budget) is a knapsack over a
+    handful of integers whose cover cuts HiGHS derives at once; over the pools' x it is one over hundreds.
+    The same integer points and optima (u is x's image); measured in docs/solvers.md ("HiGHS options":
+    1.3-2.5x fewer CPU ms on paper.json's budget points). On every model, a budget or not (budget_row)."""
     if not cols.n_used:
         return _empty("device_use")
     devices = cand.devices.reset_index(drop=True)
@@ -767,7 +775,7 @@ def churn_bounds(cand: Candidates, cols: Columns, hi: np.ndarray) -> np.ndarray:
     fit = np.floor(cand.pools["device"].map(devices["count"]).to_numpy(float) / tp)
     hi = hi.copy()
     hi[: cols.n_pools] = np.maximum(hi[: cols.n_pools], np.minimum(fit, previous_instances(cand)))
-    hi[cols.shape_offset :] = _shape_bounds(cols, hi[: cols.n_pools], _fit(cand))  # n[s] follows its x
+    hi[cols.shape_offset : cols.switch_offset] = _shape_bounds(cols, hi[: cols.n_pools], _fit(cand))  # n[s]
     return hi
 
 
@@ -883,9 +891,9 @@ def build_matrix(cand: Candidates, strengthen: bool = True) -> tuple[MatrixForm,
     churn_keys = pool_keys(cand) if cand.churn is not None else None
     n_churn = 0 if churn_keys is None else int(churn_keys.max(initial=-1)) + 1
     has_phi = objective == "max_min_fraction"
-    n_used = len(cand.devices) if cand.request.options.budget_per_hour is not None else 0
+    n_used = len(cand.devices)  # u[k] on every model (budget_row)
     shape = shape_numbers(cand) if strengthen else np.full(len(cand.pools), -1)
-    budgeted = strengthen and cand.request.options.budget_per_hour is not None
+    budgeted = strengthen  # the owner switches, with the budget rows on every model (budget_row)
     switch = owner_numbers(cand) if budgeted else np.zeros(0, np.int64)
     cols = Columns(
         len(cand.pools),
@@ -959,8 +967,8 @@ def matrix_for(cand: Candidates) -> tuple[MatrixForm, Columns]:
         return build_matrix(cand)
     options = cand.request.options
     budget = budget_row(cand.request)
-    # the request but for the budget's value (whether there is one changes the columns)
-    unbudgeted = msgspec.structs.replace(options, budget_per_hour=None if budget is None else 0.0)
+    # the request but for the budget's value (every model has the same budget rows and columns)
+    unbudgeted = msgspec.structs.replace(options, budget_per_hour=None)
     key = (encode(msgspec.structs.replace(cand.request, options=unbudgeted)), cand.keyed)
     tables = (cand.pools, cand.uses, cand.classes)
     with _MATRIX_LOCK:
@@ -985,12 +993,12 @@ def _same_tables(hit: tuple, cand: Candidates, tables: tuple) -> bool:
     )
 
 
-def _with_budget(form: MatrixForm, budget: float | None) -> MatrixForm:
+def _with_budget(form: MatrixForm, budget: float) -> MatrixForm:
     """A copy of `form` (bounds copied, matrix and objective vectors shared: no step writes to them) whose
     budget rows (define_budget) allow `budget`."""
     row_hi = form.row_hi.copy()
     for name, begin, end in form.row_blocks:
-        if name == "budget" and budget is not None:
+        if name == "budget":
             row_hi[begin:end] = budget
     return replace(
         form,

@@ -39,6 +39,7 @@ from fleetplan.solver.candidates import Candidates
 from fleetplan.solver.formulation import (
     Columns,
     MatrixForm,
+    budget_binds,
     budget_row,
     device_use_row,
     matrix_for,
@@ -71,8 +72,9 @@ STAGE_TUNING: dict[tuple[str, str] | str, dict[str, bool | int | float | str]] =
     ("primary", "cost"): {"presolve": "off"},
     "tie_break": {"presolve": "off", "mip_heuristic_run_rins": False, "mip_heuristic_run_rens": False},
 }
-# Laid over STAGE_TUNING, per step, when the request has a budget_per_hour (docs/solvers.md, "Per call"):
-# under a budget row the tie-break's presolve pays again.
+# Laid over STAGE_TUNING, per step, when the request's budget may bind (below the fleet's cost:
+# formulation.budget_binds; docs/solvers.md, "Per call"): under a binding budget the tie-break's presolve
+# pays again.
 BUDGET_TUNING: dict[str, dict[str, bool | int | float | str]] = {
     "tie_break": {"presolve": "choose"},
 }
@@ -154,6 +156,10 @@ class _Solver:
     # a first-stage value the start's sub-MIP and the primary MIP must beat (optimize_above): HiGHS prunes
     # every node whose bound does not (its objective_bound, in HiGHS's minimizing sense); None: no cutoff
     cutoff: tuple[float, Sense] | None = None
+    # whether the model's budget may bind (formulation.budget_binds): BUDGET_TUNING's condition, read off
+    # the model, so that every request of one model (no budget, or any budget from the fleet's cost up)
+    # gets the same solver calls
+    budgeted: bool = False
 
     def call(
         self,
@@ -167,7 +173,7 @@ class _Solver:
         """backend.solve(form, objective, sense, **kwargs), recorded."""
         began = time.perf_counter()
         tuning = STAGE_TUNING.get((step, stage), STAGE_TUNING.get(step))
-        if self.clock.options.budget_per_hour is not None and step in BUDGET_TUNING:
+        if self.budgeted and step in BUDGET_TUNING:
             tuning = {**(tuning or {}), **BUDGET_TUNING[step]}
         if self.cutoff is not None and step in ("start", "primary"):
             value, cutoff_sense = self.cutoff
@@ -264,7 +270,9 @@ def optimize_above(
     device, n = more_than
     form = built.form.with_row(f"more_{device}", device_use_row(cand, built.cols, device), n + 1, np.inf)
     model = _Model(cand, form, built.cols, built.build_ms)
-    solver = _Solver(get_backend(clock.options.solver), clock, cutoff=(floor, Sense.MAX))
+    solver = _Solver(
+        get_backend(clock.options.solver), clock, cutoff=(floor, Sense.MAX), budgeted=budget_binds(request)
+    )
     solve_began = time.perf_counter()
     relaxed = relax_stages(model, stages, solver)
     lp = solver.records[0]  # the first stage's LP (relax_stages keeps only those with a value)
@@ -287,7 +295,7 @@ def optimize_above(
 
 def _solve(model: _Model, stages: list[tuple[str, Sense]], clock: _Clock, hint: np.ndarray | None) -> Outcome:
     """Steps 2-6 on a built model."""
-    solver = _Solver(get_backend(clock.options.solver), clock)
+    solver = _Solver(get_backend(clock.options.solver), clock, budgeted=budget_binds(model.cand.request))
     solve_began = time.perf_counter()
     relaxed = relax_stages(model, stages, solver)
     return _finish(model, stages, relaxed, solver, solve_began, hint)
