@@ -459,7 +459,10 @@ def goals(name: str, s: dict) -> list[dict]:
         return []
     if base in ("M", "L"):
         gap_goal, s_goal = (GOAL_M_GAP, GOAL_M_S) if base == "M" else (GOAL_L_GAP, GOAL_L_S)
-        gap = primary["gap"]
+        # the plan's own gap: the goodput MIP's value against the tighter of its dual bound and the first LP
+        # relaxation's (a MIP stopped before its root LP ends reports only its trivial bound)
+        gaps = [g for g in (primary["gap"], p.get("mip_gap")) if g is not None]
+        gap = min(gaps) if gaps else None
         holds_gap = gap is not None and gap <= gap_goal + 1e-12
         holds_time = done_s is not None and done_s <= s_goal
         return [
