@@ -3,8 +3,8 @@
 Columns: x[pool] (integer instances) | f[use] (RPS of a class through a pool; for prefill uses, per
 destination key) | s[w, key, tier] (KV-flow slack carried down the bandwidth tiers) | phi (only for
 max_min_fraction) | d[k] (only for a churn-limited re-plan: instances moved per pool key k) | b[k] (integer
-devices bought, only for purchasable types: `Device.max_count`) | u[k] (integer devices used per type, only
-on every model since session 22, with the budget rows: define_device_use, budget_row) | n[s] (integer
+devices bought, only for purchasable types: `Device.max_count`) | u[k] (integer devices used per type; on
+every model since session 22, with the budget rows: define_device_use, budget_row) | n[s] (integer
 instances per pool shape with more than one pool: define_shapes) | z[o] (binary: owner o's pools serve at
 all; on the strengthened model: define_switches).
 Each family returns a Block of COO
