@@ -3,6 +3,7 @@
 
 import numpy as np
 import pytest
+from form_checks import is_feasible
 
 from fleetplan import fixtures
 from fleetplan.models.codec import read_request
@@ -71,7 +72,7 @@ def test_improve_beats_a_weak_start_with_a_feasible_plan_no_better_than_the_opti
     better = improve(
         cand, model.form, model.cols, weak, x_lp, ("goodput", Sense.MAX), _solve, lambda: 1.0, 5.0
     )
-    assert opt.is_feasible(model.form, better)
+    assert is_feasible(model.form, better)
     assert goodput @ better > goodput @ weak + 1e-6
     assert goodput @ better <= optimum * (1 + request.options.mip_rel_gap) + 1e-9
 

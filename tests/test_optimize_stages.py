@@ -269,11 +269,13 @@ def test_hint_rows_span_the_plan_and_one_instance_less_per_pool():
 def test_a_hint_widens_the_sub_mip_box_and_keeps_the_optimum():
     """A higher budget's plan as the hint (what a falling what-if sweep passes): the sub-MIP's box grows,
     so its start is at least the unhinted one's (within the gap), and the MIP's optimum is the same."""
+    from form_checks import is_feasible
+
     from fleetplan import fixtures
     from fleetplan.models.codec import read_request
     from fleetplan.solver.candidates import build_candidates
     from fleetplan.solver.formulation import build_matrix
-    from fleetplan.solver.optimize import is_feasible, optimize
+    from fleetplan.solver.optimize import optimize
     from fleetplan.solver.pipeline import resolve_profiles
 
     request = read_request(fixtures.request_path("paper"))

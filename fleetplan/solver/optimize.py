@@ -99,7 +99,7 @@ MIN_CALL_S = 0.01
 INTEGRALITY_TOL = 1e-9
 # rounded_start adds an instance to a pool only where the LP's fractional part exceeds this.
 MIN_ROUND_UP = 1e-6
-# rounded_start keeps the spend within budget_per_hour plus this (round-off).
+# rounded_start keeps the spend within the model's budget (formulation.budget_row) plus this (round-off).
 BUDGET_TOL = 1e-9
 
 
@@ -693,23 +693,9 @@ def rounded_start(form: MatrixForm, cols: Columns, cand: Candidates, x_lp: np.nd
         if fraction <= MIN_ROUND_UP:
             break
         fits = free[device_of[index]] >= tp[index] and x[index] + 1 <= form.col_hi[index]
-        affordable = budget is None or spend + price[index] <= budget + BUDGET_TOL
+        affordable = spend + price[index] <= budget + BUDGET_TOL
         if fits and affordable:
             x[index] += 1
             free[device_of[index]] -= tp[index]
             spend += price[index]
     return x
-
-
-def is_feasible(form: MatrixForm, v: np.ndarray, tol: float = 1e-6) -> bool:
-    """Whether `v` keeps every column bound, integrality and row of `form` (within `tol`, relative to
-    max(1, |bound|) for rows)."""
-    if np.any(v < form.col_lo - tol) or np.any(v > form.col_hi + tol):
-        return False
-    ints = v[form.integer]
-    if np.any(np.abs(ints - np.round(ints)) > tol):
-        return False
-    activity = form.A @ v
-    lo_ok = activity >= form.row_lo - tol * np.maximum(1.0, np.abs(np.nan_to_num(form.row_lo)))
-    hi_ok = activity <= form.row_hi + tol * np.maximum(1.0, np.abs(np.nan_to_num(form.row_hi)))
-    return bool(np.all(lo_ok) and np.all(hi_ok))
