@@ -83,13 +83,17 @@ def _agree(result: WhatIfResult, reference: WhatIfResult, gap: float) -> list[di
     reported MIP gaps (a solve cut short by its time limit reports its gap) and options.mip_rel_gap."""
     bad = []
     for p, q in zip(result.points, reference.points, strict=True):
-        allowed = max(gap, p.mip_gap or 0.0, q.mip_gap or 0.0)
-        if abs(p.slo_rps - q.slo_rps) > max(allowed * max(abs(q.slo_rps), 1.0), 1e-6):
+        if _differs(p.slo_rps, q.slo_rps, max(gap, p.mip_gap or 0.0, q.mip_gap or 0.0)):
             bad.append(
                 {"coords": p.coords, "slo_rps": p.slo_rps, "reference": q.slo_rps, "status": p.status}
                 | {"mip_gap": p.mip_gap, "reference_gap": q.mip_gap}
             )
     return bad
+
+
+def _differs(value: float, reference: float, gap: float) -> bool:
+    """Whether SLO RPS `value` is off `reference` by more than the relative `gap` (1e-6 absolute)."""
+    return abs(value - reference) > max(gap * max(abs(reference), 1.0), 1e-6)
 
 
 def _points(result: WhatIfResult) -> list[dict]:
@@ -110,8 +114,7 @@ def _singles(request: WhatIfRequest, reference: WhatIfResult) -> tuple[list[floa
         began = time.perf_counter()
         single = plan(variant(request.base, p.coords), with_baselines=request.baselines)
         times.append(time.perf_counter() - began)
-        rps_off = abs(p.slo_rps - single.slo_rps) > max(gap * max(abs(single.slo_rps), 1.0), 1e-6)
-        if rps_off or abs(p.cost_per_hour - single.cost_per_hour) > 1e-6:
+        if _differs(p.slo_rps, single.slo_rps, gap) or abs(p.cost_per_hour - single.cost_per_hour) > 1e-6:
             differ.append(
                 {"coords": p.coords, "slo_rps": p.slo_rps, "single": single.slo_rps, "reused": p.reused}
                 | {"cost": p.cost_per_hour, "single_cost": single.cost_per_hour}
