@@ -198,6 +198,24 @@ def test_a_tiny_colocated_flow_through_a_pool_without_instances_is_dropped_to_un
     assert [p.device for p in pools_out(cand, sol)] == ["gpu"]
 
 
+def test_a_pool_at_zero_headroom_without_flow_keeps_no_instances():
+    """The window guard may take a pool's headroom to 0 (no load keeps its windows): with no flow it needs
+    no instance. Before, 0 / 0 made a NaN that cast to a negative instance count."""
+    request = colocated_budget_request(None)
+    cand = build_candidates(request, resolve_profiles(request))
+    _, cols = build_matrix(cand)
+    pools = cand.pools
+    acc = int(pools.index[(pools["role"] == "colocated") & (pools["device"] == "acc")][0])
+    gpu = int(pools.index[(pools["role"] == "colocated") & (pools["device"] == "gpu")][0])
+    cand = dataclasses.replace(cand, pools=pools.assign(rho=np.where(pools.index == acc, 0.0, pools["rho"])))
+    values = np.zeros(cols.size)
+    values[[acc, gpu]] = 1
+    values[cols.use_offset + _use(cand, 0, "colocated", "gpu")] = 3.0
+    sol = solution_from(cand, cols, values)
+    assert sol.instances[acc] == 0
+    assert sol.instances[gpu] == 1
+
+
 def test_a_partial_sliver_of_a_class_is_reported_unserved_and_a_whole_small_class_is_not():
     """p90 classes judged on 600 s windows: 0.015 RPS of class b's 5 RPS allows 0.9 requests beyond its p90
     in a window (< MIN_TAIL_REQUESTS = 1): a sliver, dropped; 0.02 RPS (1.2) stays; a class whose whole

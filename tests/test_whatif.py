@@ -374,6 +374,19 @@ def test_a_point_is_solved_as_a_single_plan_not_from_its_neighbours_plan():
         assert point.devices == {d.name: d.used for d in single.devices}
 
 
+def test_a_min_cost_point_the_fleet_cannot_serve_equals_its_single_plan():
+    """infeasible.json (min_cost, more demand than its fleet serves): each point falls back to the
+    max_goodput plan, settled as plan() settles it (the pooled credit and the window guard)."""
+    base = read_request(fixtures.request_path("infeasible"))
+    request = whatif(base, {"param": "demand_scale", "values": [0.9, 1.0]}, marginal=False, baselines=False)
+    result = run_whatif(request)
+    for point in result.points:
+        single = plan(variant(base, point.coords), with_baselines=False)
+        assert point.status == single.status == "infeasible"
+        assert point.slo_rps == pytest.approx(single.slo_rps, rel=1e-9)
+        assert point.cost_per_hour == pytest.approx(single.cost_per_hour, abs=1e-9)
+
+
 def test_count_and_price_grid_points_equal_single_plans():
     """Shared candidates with per-point device rows and prices: each point as its own plan."""
     base = two_types(big={"count": 1}, budget=6.0)

@@ -232,3 +232,34 @@ def test_a_plan_the_guard_does_not_apply_to_says_where_a_window_may_break():
         assert set(carried) <= {w.name for w in request.workloads}
     guarded = plan(request, with_baselines=False)
     assert not [w for w in guarded.warnings if w.startswith("window:")]
+
+
+def test_a_min_cost_request_the_fleet_cannot_serve_gets_the_guarded_max_goodput_plan():
+    """infeasible.json asks min_cost for more than its fleet serves, so plan() falls back to the
+    max_goodput plan (status "infeasible"). That plan is settled (pooled credit, window guard) and
+    extracted as the max_goodput plan it is: the same SLO RPS and pools as asking max_goodput outright,
+    no window warning. Before, the fallback kept the MILP's headroom (114.90 SLO RPS, two warnings)."""
+    import msgspec
+
+    from fleetplan import fixtures
+    from fleetplan.models.codec import read_request
+
+    request = read_request(fixtures.request_path("infeasible"))
+    assert request.options.objective == "min_cost"
+    fallback = plan(request, with_baselines=False)
+    goodput = msgspec.structs.replace(
+        request, options=msgspec.structs.replace(request.options, objective="max_goodput")
+    )
+    direct = plan(goodput, with_baselines=False)
+    assert fallback.status == "infeasible"
+    assert {"pooled", "window"} & {s.step for s in fallback.solver.stages}
+    assert fallback.slo_rps == pytest.approx(direct.slo_rps, rel=1e-9)
+    assert {w.name: w.served_rps for w in fallback.workloads} == pytest.approx(
+        {w.name: w.served_rps for w in direct.workloads}, rel=1e-9, abs=1e-9
+    )
+
+    def shape(result):
+        return sorted((p.model, p.role, p.device, p.batch, p.instances, p.headroom) for p in result.pools)
+
+    assert shape(fallback) == shape(direct)
+    assert not [w for w in fallback.warnings if w.startswith("window:")]

@@ -56,7 +56,9 @@ def solution_from(cand: Candidates, cols: Columns, values: np.ndarray) -> Soluti
     nic = pools["device"].map(cand.devices.set_index("device")["nic_gbps"]).to_numpy()
     per_instance = pools["tp"].to_numpy(float) * nic * pools["nic_rho"].to_numpy(float)
     nic_need = np.where(np.isfinite(per_instance), _nic_used(cand, flow) / per_instance, 0.0)
-    need = np.ceil(np.maximum(used / rho, nic_need) - 1e-6).astype(np.int64)
+    # a pool the window guard took to 0 headroom (solver/window.py) carries nothing and needs nothing
+    load = np.divide(used, rho, out=np.where(used > 0, x.astype(float), 0.0), where=rho > 0)
+    need = np.ceil(np.maximum(load, nic_need) - 1e-6).astype(np.int64)
     instances = np.minimum(x, need)
     if "pooled" in pools.columns:  # a pooled headroom (solver/pooled.py) holds only with all its instances
         instances = np.where((need > 0) & (pools["pooled"].to_numpy() > 1), x, instances)

@@ -101,7 +101,10 @@ def plan(
     objective = request.options.objective
     outcome, status = _solve(_within(request, deadline), cand)
     if outcome is not None:
-        cand, outcome = settle(request, cand, outcome, deadline)
+        # the candidates (and request) the outcome solved: a min_cost request the fleet cannot serve is
+        # settled and extracted as the max_goodput plan it falls back to
+        cand = outcome.candidates
+        cand, outcome = settle(cand.request, cand, outcome, deadline)
     _check(deadline, "the solve")
     values = outcome.values if outcome else None
 
@@ -142,7 +145,7 @@ def plan(
         warnings=[
             *fleet_warnings(request, table),
             *explain.interpolation_warnings(request, results, table),
-            *unguarded_warnings(request, cand, outcome),
+            *unguarded_warnings(cand.request, cand, outcome),
         ],
         kv_budget_headroom=cand.link_rho.get(None),
         objective_unit=unit,

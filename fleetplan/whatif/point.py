@@ -356,7 +356,8 @@ def summarize(request: PlanRequest, cand: Candidates, outcome: Outcome, status: 
     instances = np.round(milp_values[: outcome.columns.n_pools])
     spend = float(pool_cost(cand) @ instances)
     demand = float(cand.classes["rate_rps"].sum())
-    cand, outcome = settle(request, cand, outcome)
+    # as plan(): settled as the request the outcome solved (a min_cost fallback's max_goodput one)
+    cand, outcome = settle(outcome.candidates.request, outcome.candidates, outcome)
     sol = extract.solution_from(cand, outcome.columns, outcome.values)
     devices = extract.devices_out(cand, sol)
     price = {d.name: d.cost_per_hour for d in request.devices}
