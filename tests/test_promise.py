@@ -35,3 +35,36 @@ def test_every_served_class_keeps_its_promise(planned, seed):
     ]
     assert not broken, f"{name} seed {seed}: {broken}"
     assert abs(report.goodput_rps / result.slo_rps - 1.0) <= 0.05, (name, report.goodput_rps, result.slo_rps)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="known break (docs/formulation.md, 'The other objectives'): the colocated TTFT form is "
+    "optimistic near its knee and the window guard does not cover colocated pools",
+)
+def test_a_class_riding_one_colocated_pool_alone_keeps_its_promise():
+    """gen-21's p99 class 3b-long-0 (1024-token prompts, 32 tokens out, p99 TTFT 600 ms) on one TPU v5e,
+    colocated only: the plan runs it at its 0.45 headroom and predicts p99 TTFT 473 ms; simulated, 626 and
+    771 ms on seeds 0 and 2. In the benchmark's max-goodput plans such a pool carries a share of classes
+    that also ride faster pools, whose percentile hides its tail; alone (here, or in gen-21's and gen-00's
+    max_min_fraction plans) it breaks. Strict: the day the form is fixed this test passes, and the marker
+    must go."""
+    import msgspec
+
+    from bench.fidelity import generated
+
+    base = generated(21)
+    request = msgspec.structs.replace(
+        base,
+        workloads=[w for w in base.workloads if w.name == "3b-long-0"],
+        devices=[msgspec.structs.replace(d, count=1) for d in base.devices if d.name == "tpu-v5e"],
+        links=[],
+        kv_budget_gbps=None,
+        options=msgspec.structs.replace(base.options, allow_disaggregated=False),
+    )
+    result = plan(request, with_baselines=False)
+    assert [(p.role, p.device, p.instances) for p in result.pools] == [("colocated", "tpu-v5e", 1)]
+    table = resolve_profiles(request)
+    for seed in (0, 1, 2):
+        report = simulate(request, result, table, duration_s=600.0, warmup_s=60.0, seed=seed)
+        assert all(c.slo_met for c in report.classes if c.predicted_rps > 0), seed
