@@ -605,6 +605,43 @@ def test_colocated_tbt_slo_binds_through_the_prefill_stall():
     assert got[0] == pytest.approx(0.06 * 1e3 / p, rel=1e-9)
 
 
+def test_colocated_slots_are_filled_by_holds_stretched_by_the_other_prefills():
+    """capacity.cohort_hold: the holds that fill b slots take the request's own prefill and the b - 1
+    others' besides its steps, b E[S] + (o - 1) E[TBT], never below the mean hold (which at b = 1, one
+    slot, is the exact hold); at b > 1 the slot wait's probability is Erlang C at that load, so at least
+    M/M/b's at the mean hold, while the admissible rate falls."""
+    got = capacity.cohort_hold(
+        np.array([111.0, 111.0, 40.0]),
+        np.array([31.0, 31.0, 31.0]),
+        np.array([12.4, 12.4, 5.0]),
+        np.array([4, 4, 1]),
+        np.array([556.0, 900.0, 40.0 + 31 * 5.0 / 0.9]),
+    )
+    np.testing.assert_allclose(got, [4 * 111.0 + 31 * 12.4, 900.0, 40.0 + 31 * 5.0 / 0.9], rtol=1e-12)
+    p, tau, steps = 40.0, 5.0, 31
+    cv = curves([1.0, 4.0], [flat(p), flat(p)], [flat(tau), flat(tau)])
+    fields = {
+        "role": "colocated",
+        "ttft_q": p,
+        "tbt_q": tau,
+        "ttft_slo": 400.0,
+        "tbt_slo": 50.0,
+        "steps": steps,
+    }
+    t = use_table(1, batch=4.0, rate=4e3 / (p + steps * tau), **fields)
+    rate = np.array([6.0])
+    n = capacity.batch_fixed_point(rate, cv, t.batch, np.array([tau]))
+    grid = capacity.service_grid(cv.at("ttft", n))
+    hold = p + steps * tau / (1 - rate * p / (1e3 * n))
+    (prob, mean), _ = capacity._colocated_waits(
+        t, cv, rate, grid, n, hold, np.array([4]), tbt_mean=np.array([tau])
+    )
+    at_mean_hold = capacity.erlang_c(np.array([4]), rate * hold / 1e3)
+    assert prob[0] == pytest.approx(capacity.erlang_c(np.array([4]), rate * (4 * p + steps * tau) / 1e3)[0])
+    assert prob[0] > at_mean_hold[0]
+    assert mean[0] == pytest.approx(hold[0] / 4 / (1 - rate[0] * hold[0] / 4e3), rel=1e-9)
+
+
 # --- structural properties of the admissible rates --------------------------------------------------------
 
 
