@@ -1,6 +1,7 @@
 """Fidelity: does the planned SLO RPS hold in simulation, and how does it compare with the best uniform rho?
 
     python -m bench.fidelity [--generated 30] [--duration 600] [--seeds 0 1 2] [--workers 2] [--only NAME ...]
+    python -m bench.fidelity --uniform-from bench/results/fidelity-...json --objective max_min_fraction
 
 For every bundled request and `--generated` generated ones (random fleets of the paper set's devices,
 counts, classes, rates, SLO scales, p90/p99 mixes, weights and link budgets; fixed seeds):
@@ -17,6 +18,8 @@ row is appended to bench/results/fidelity-partial.jsonl as it finishes; `--resum
 there (a full run takes hours on 2 cores). `--uniform-from bench/results/fidelity-latest.json` reuses each
 request's recorded best safe uniform plan and judges only the default plans (20 s for all 34 on a
 quiet machine), for trying a change to the capacity model or the solver; it writes fidelity_plans-*.json.
+With it, `--objective` plans every request with another objective (min_cost, max_min_fraction: the promise
+holds for each) and writes fidelity_<objective>-*.json.
 """
 
 import argparse
@@ -287,14 +290,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", nargs="*", help="request names to run (e.g. paper gen-03)")
     parser.add_argument("--resume", action="store_true", help="reuse rows of this commit and settings")
     parser.add_argument("--uniform-from", type=Path, help=UNIFORM_FROM_HELP)
+    parser.add_argument("--objective", choices=OBJECTIVES, help=OBJECTIVE_HELP)
     args = parser.parse_args(argv)
+    if args.objective and not args.uniform_from:
+        parser.error("--objective needs --uniform-from (the uniform search plans max_goodput)")
     began = time.perf_counter()
     git = git_info()
     run_key = {"commit": git.get("commit"), "seeds": args.seeds, "duration": args.duration}
     done = finished_rows(run_key) if args.resume and not args.uniform_from else {}
     recorded = recorded_uniform(args.uniform_from)
     jobs = [
-        (n, r, args.seeds, args.duration, recorded.get(n))
+        (n, with_objective(r, args.objective), args.seeds, args.duration, recorded.get(n))
         for n, r in requests(args.generated)
         if (not args.only or n in args.only) and n not in done
     ]
@@ -327,7 +333,14 @@ def main(argv: list[str] | None = None) -> int:
         "requests": rows,
         "table": text,
     }
-    write_results("fidelity_plans" if args.uniform_from else "fidelity", record)
+    name = (
+        f"fidelity_{args.objective}"
+        if args.objective
+        else "fidelity_plans"
+        if args.uniform_from
+        else "fidelity"
+    )
+    write_results(name, record)
     return 0
 
 
@@ -336,6 +349,23 @@ UNIFORM_FROM_HELP = (
     "(valid while the flat model, the simulator and the generators are unchanged: the search is most of a "
     "run's time); writes fidelity_plans-*.json, never fidelity-latest.json"
 )
+
+
+OBJECTIVES = ("max_goodput", "min_cost", "max_min_fraction")
+OBJECTIVE_HELP = (
+    "plan every request with this objective instead of its own (the promise holds for every objective); the "
+    "ratio columns still compare with the recorded max-goodput uniform plans, so only the promise columns "
+    "and the SLO RPS are that objective's"
+)
+
+
+def with_objective(request: PlanRequest, objective: str | None) -> PlanRequest:
+    """`request` with options.objective replaced (None: as it is)."""
+    if objective is None:
+        return request
+    return msgspec.structs.replace(
+        request, options=msgspec.structs.replace(request.options, objective=objective)
+    )
 
 
 def recorded_uniform(path: Path | None) -> dict[str, dict]:

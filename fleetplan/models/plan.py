@@ -225,9 +225,9 @@ class StageRecord(Base):
     stage, the earlier ones locked), "pooled" (the goodput LP with the instance counts fixed and the
     credit of pools of several instances, solver/pooled.py) or "window" (that LP again with the prefill
     and decode pools' headroom lowered where one judged window would break a class too often,
-    solver/window.py). `stage` is the objective solved ("goodput",
-    "cost", "phi"). `kind`: "lp", "submip" (the MIP boxed around the LP solutions) or "mip" ("lp" for a
-    stage without integers).
+    solver/window.py; on a max_min_fraction plan a "phi" LP first, then the goodput one). `stage` is the
+    objective solved ("goodput", "cost", "phi"). `kind`: "lp", "submip" (the MIP boxed around the LP
+    solutions) or "mip" ("lp" for a stage without integers).
     `ms` is the call's wall time; `ended_ms` when it returned, in ms from the optimizer's entry (matrix
     build included). `objective` and `bound` are in the stage's own units, `gap` their relative_gap
     (docs/api.md, "mip_gap"); `nodes` the branch-and-bound nodes where the backend reports them (HiGHS).

@@ -354,7 +354,7 @@ def relax_stages(model: _Model, stages: list[tuple[str, Sense]], solver: _Solver
         if result.objective is None:
             break
         results.append(result)
-        form = _lock(form, name, sense, result.objective)
+        form = lock_stage(form, name, sense, result.objective)
     return results
 
 
@@ -535,7 +535,7 @@ def tie_break(
         if clock.passed():
             message = f"skipped {next_name}: time limit reached"
             break
-        form_locked = _lock(form, name, sense, result.objective)
+        form_locked = lock_stage(form, name, sense, result.objective)
         follow = solver.call(
             "tie_break",
             next_name,
@@ -604,7 +604,7 @@ def _overall(primary: SolveResult, last: SolveResult) -> Termination:
     return Termination.FEASIBLE if primary.has_solution else primary.termination
 
 
-def _lock(form: MatrixForm, name: str, sense: Sense, value: float) -> MatrixForm:
+def lock_stage(form: MatrixForm, name: str, sense: Sense, value: float) -> MatrixForm:
     """Keep a finished stage's objective at the value found (up to a relative LOCK_SLACK for round-off)."""
     slack = _slack(value)
     if sense is Sense.MAX:

@@ -68,7 +68,7 @@ def pool_credit(
     limit = TIME_LIMIT_S if deadline is None else deadline.solver_time_limit(TIME_LIMIT_S)
     goodput = outcome.form.objectives["goodput"]
     best = _Credit(float(goodput @ values), x, carrying, None, None, None)
-    calls: list[tuple[SolveResult, float]] = []  # every LP of the pass and its ms, for the stage records
+    calls: list[tuple[str, SolveResult, float]] = []  # every LP of the pass, for the stage records
     trial = _credited(cand, outcome, x, carrying, limit, calls)
     if trial is not None and trial.value > best.value * (1 + MIN_GAIN):
         best = trial
@@ -112,7 +112,7 @@ def _credited(
     x: np.ndarray,
     carrying: np.ndarray,
     limit: float,
-    calls: list[tuple[SolveResult, float]],
+    calls: list[tuple[str, SolveResult, float]],
 ) -> _Credit | None:
     """Steps 1-2 for the instances `x` with the uses `carrying`: None when no pool's headroom rises or the
     LP finds no plan. The LP's result and ms join `calls`."""
@@ -134,7 +134,7 @@ def _credited(
     result = get_backend(options.solver).solve(
         form, goodput, Sense.MAX, time_limit_s=limit, mip_rel_gap=options.mip_rel_gap, relax=True
     )
-    calls.append((result, (time.perf_counter() - began) * 1e3))
+    calls.append(("goodput", result, (time.perf_counter() - began) * 1e3))
     if not result.has_solution or result.objective is None:
         return None
     return _Credit(float(result.objective), x, carrying, result, new_rho, raised)
@@ -202,19 +202,19 @@ def _merged(
 
 
 def stage_records(
-    outcome: Outcome, calls: list[tuple[SolveResult, float]], step: StageStep
+    outcome: Outcome, calls: list[tuple[str, SolveResult, float]], step: StageStep
 ) -> list[StageRecord]:
     """A StageRecord per LP of a pass after the MILP, in order: `step` ("pooled": this module's, the plan
-    kept the one of the largest objective; "window": solver/window.py's), the goodput LP, timed from the end
-    of the last call before it."""
+    kept the one of the largest objective; "window": solver/window.py's) and the LP's stage ("goodput";
+    the guard's "phi" first on a max_min_fraction plan), timed from the end of the last call before it."""
     ended = outcome.stages[-1].ended_ms if outcome.stages else outcome.build_ms
     records = []
-    for result, ms in calls:
+    for stage, result, ms in calls:
         ended += ms
         records.append(
             StageRecord(
                 step=step,
-                stage="goodput",
+                stage=stage,
                 kind="lp",
                 ms=round(ms, 3),
                 ended_ms=round(ended, 3),

@@ -21,8 +21,10 @@ the count depends on how many requests the class has in the window, which only t
 
 Instances, devices and cost stay the MILP's: the guard serves less on the same hardware where one window
 would break the class too often. It applies where the pooled credit does (`max_goodput` under the queueing
-model, not a churn-limited re-plan): a plan that must serve all its demand cannot give up flow on fixed
-instances. docs/formulation.md ("One window's scatter") has the formulas and the measurements.
+model, not a churn-limited re-plan) and to `max_min_fraction` plans, which give flow up as a smaller
+common fraction (phi, then goodput, on fixed instances: `_solve_fixed`; since session 23): a plan that
+must serve all its demand cannot give up flow on fixed instances. docs/formulation.md ("One window's
+scatter", "The other objectives") has the formulas and the measurements.
 """
 
 import dataclasses
@@ -38,7 +40,7 @@ from fleetplan.solver.deadline import Deadline
 from fleetplan.solver.extract import capacity_used, served_by_class
 from fleetplan.solver.formulation import MatrixForm, use_demand
 from fleetplan.solver.headroom import pool_queues, pooled_rho
-from fleetplan.solver.optimize import Outcome
+from fleetplan.solver.optimize import Outcome, lock_stage
 from fleetplan.solver.pooled import (
     FLOW_EPS,
     TIME_LIMIT_S,
@@ -67,18 +69,18 @@ def window_guard(
     would break a class too often (the module docstring), or the inputs unchanged where no pool falls (or
     the LP finds no plan, which fixed instances and flows that may fall to 0 rule out). Every LP it solves
     is recorded as step "window"."""
-    if outcome.values is None or not gives_flow_up(request, cand):
+    if outcome.values is None or not guard_applies(request, cand):
         return cand, outcome
     began = time.perf_counter()
     limit = TIME_LIMIT_S if deadline is None else deadline.solver_time_limit(TIME_LIMIT_S)
     values, rho = outcome.values, cand.pools["rho"].to_numpy(float)
-    calls: list[tuple[SolveResult, float]] = []
+    calls: list[tuple[str, SolveResult, float]] = []
     for _ in range(ROUNDS):
         guarded = _guarded_rho(cand, outcome, values, rho)
         if guarded is None:
             break
         rho = guarded
-        result = _solve_fixed(cand, outcome, values, rho, limit, calls)
+        result = _solve_fixed(request, cand, outcome, values, rho, limit, calls)
         if result is None:
             break
         values = result.values
@@ -123,37 +125,101 @@ def _guarded_rho(
     return lowest if (lowest < rho - 1e-12).any() else None
 
 
+def guard_applies(request: PlanRequest, cand: Candidates) -> bool:
+    """Whether the guard applies: where the pooled credit does (`pooled.gives_flow_up`: a max_goodput plan
+    under the queueing model, not a churn-limited re-plan), and to a max_min_fraction plan, which gives
+    flow up as a smaller common fraction phi (`_solve_fixed`). A min_cost plan must serve all its demand."""
+    options = request.options
+    fair = options.objective == "max_min_fraction" and options.capacity_model == "queueing"
+    return gives_flow_up(request, cand) or (fair and cand.churn is None)
+
+
 def _solve_fixed(
+    request: PlanRequest,
     cand: Candidates,
     outcome: Outcome,
     values: np.ndarray,
     rho: np.ndarray,
     limit: float,
-    calls: list[tuple[SolveResult, float]],
+    calls: list[tuple[str, SolveResult, float]],
 ) -> SolveResult | None:
-    """Step 3: the goodput LP with every integer column fixed at the plan's, every pool's capacity row at
-    `rho` (the credit's or the guard's: the MILP's form has its own), flow only on the uses that carry it in
-    the plan `values` (it may shift among them, never to another: each use's headroom was computed for the
+    """Step 3: the LP with every integer column fixed at the plan's, every pool's capacity row at `rho`
+    (the credit's or the guard's: the MILP's form has its own), flow only on the uses that carry it in the
+    plan `values` (it may shift among them, never to another: each use's headroom was computed for the
     uses its pool carries), each flow bounded by its class's demand (the capacity rows bound the rest once
-    x is fixed), and no lexicographic lock (`_unlocked`); None when it finds no plan. The LP's result and
-    ms join `calls`."""
+    x is fixed), and no lexicographic lock (`_unlocked`): goodput; for max_min_fraction phi first, then
+    goodput with phi locked (`_fair_stage`). None when it finds no plan. Each LP joins `calls`."""
     cols = outcome.columns
     integers = np.round(values)
     flow = values[cols.use_offset : cols.use_offset + len(cand.uses)]
     every = np.ones(len(rho), dtype=bool)
     form = _unlocked(fixed_form(outcome.form, cols, integers, rho, every, flow <= FLOW_EPS, use_demand(cand)))
-    options = cand.request.options
+    options = request.options
+    if options.objective == "max_min_fraction":
+        form = _fair_stage(cand, form, flow > FLOW_EPS, rho, options, limit, calls)
+        if form is None:
+            return None
+    return _lp(form, "goodput", options, limit, calls)
+
+
+def _lp(
+    form: MatrixForm, stage: str, options, limit: float, calls: list[tuple[str, SolveResult, float]]
+) -> SolveResult | None:
+    """Maximize `stage`'s objective over the LP `form`; the result joins `calls`; None without a plan."""
     began = time.perf_counter()
     result = get_backend(options.solver).solve(
         form,
-        outcome.form.objectives["goodput"],
+        form.objectives[stage],
         Sense.MAX,
         time_limit_s=limit,
         mip_rel_gap=options.mip_rel_gap,
         relax=True,
     )
-    calls.append((result, (time.perf_counter() - began) * 1e3))
+    calls.append((stage, result, (time.perf_counter() - began) * 1e3))
     return result if result.has_solution and result.values is not None else None
+
+
+def _fair_stage(
+    cand: Candidates,
+    form: MatrixForm,
+    carrying: np.ndarray,
+    rho: np.ndarray,
+    options,
+    limit: float,
+    calls: list[tuple[str, SolveResult, float]],
+) -> MatrixForm | None:
+    """A max_min_fraction plan's first stage on fixed instances: the largest common fraction phi, then
+    `form` with phi locked there. A class the guard leaves no route for (`_stranded`) drops out of the
+    fairness rows, as the MILP leaves out a class no pool can serve (formulation.define_fairness): it
+    would pin phi at 0 for every other class."""
+    stranded = _stranded(cand, carrying, rho)
+    if stranded.any():
+        _, begin, _ = next(block for block in form.row_blocks if block[0] == "fairness")
+        row_lo = form.row_lo.copy()
+        row_lo[begin + np.flatnonzero(stranded)] = -np.inf
+        form = dataclasses.replace(form, row_lo=row_lo)
+    result = _lp(form, "phi", options, limit, calls)
+    if result is None or result.objective is None:
+        return None
+    return lock_stage(form, "phi", Sense.MAX, result.objective)
+
+
+def _stranded(cand: Candidates, carrying: np.ndarray, rho: np.ndarray) -> np.ndarray:
+    """Per class: whether every route it carries flow on runs through a pool at 0 headroom (no load keeps
+    that pool's window): none of its colocated uses, or none of its prefill or none of its decode uses,
+    left with headroom."""
+    uses = cand.uses
+    open_use = carrying & (rho[uses["pool"].to_numpy()] > 0)
+    w, role = uses["w"].to_numpy(), uses["role"].to_numpy()
+    n = len(cand.classes)
+
+    def has(kind: str, among: np.ndarray) -> np.ndarray:
+        return np.bincount(w[among & (role == kind)], minlength=n) > 0
+
+    colocated = has("colocated", open_use)
+    split = has("prefill", open_use) & has("decode", open_use)
+    served_before = has("colocated", carrying) | has("prefill", carrying)
+    return served_before & ~(colocated | split)
 
 
 def _unlocked(form: MatrixForm) -> MatrixForm:
@@ -167,13 +233,13 @@ def _unlocked(form: MatrixForm) -> MatrixForm:
 
 
 def unguarded_warnings(request: PlanRequest, cand: Candidates, outcome: Outcome | None) -> list[str]:
-    """Where the guard does not apply (a `min_cost` or `max_min_fraction` plan, or a churn-limited re-plan,
-    under the queueing model), one warning per pool that runs above the headroom the guard would give it:
-    the plan keeps the MILP's, and one judged window may break the classes that pool carries more than
-    WINDOW_DELTA of the time."""
+    """Where the guard does not apply (a `min_cost` plan that serves all its demand, or a churn-limited
+    re-plan, under the queueing model), one warning per pool that runs above the headroom the guard would
+    give it: the plan keeps the MILP's, and one judged window may break the classes that pool carries more
+    than WINDOW_DELTA of the time."""
     if outcome is None or outcome.values is None or request.options.capacity_model != "queueing":
         return []
-    if gives_flow_up(request, cand):
+    if guard_applies(request, cand):
         return []
     rho = cand.pools["rho"].to_numpy(float)
     guarded = _guarded_rho(cand, outcome, outcome.values, rho)
@@ -207,5 +273,6 @@ def _window_warning(
     return (
         f"window: the {where} runs at {running:.3f} of its full-batch rate; {above}, one 600 s window may "
         f"break {carried} more than {scatter.WINDOW_DELTA:.0%} of the time (the window guard lowers "
-        "headroom in max_goodput plans only)"
+        "headroom in max_goodput and max_min_fraction plans, not where all demand must be served or "
+        "instances may not move)"
     )
