@@ -11,7 +11,7 @@ import pytest
 from fleetplan.api.render import render_plain
 from fleetplan.models.errors import PlanVerificationError
 from fleetplan.models.plan import Plan, PlanRequest, PoolRef
-from fleetplan.solver import extract, pipeline, plan
+from fleetplan.solver import extract, plan, window
 from fleetplan.solver.baselines import gpu_only_run, greedy_run
 from fleetplan.solver.candidates import build_candidates
 from fleetplan.solver.extract import pools_out, routes_out, solution_from
@@ -321,7 +321,7 @@ def test_plan_reports_a_tiny_flow_through_an_empty_pool_as_unserved_with_a_reaso
         flat_rows({"gpu": (100.0, 10.0), "acc": (200.0, 20.0)}),
         allow_disaggregated=False,
     )
-    real = pipeline.optimize
+    real = window.optimize  # plan() solves through window.optimize_guarded
 
     def doctored(req, cand, *args, **kwargs):
         outcome = real(req, cand, *args, **kwargs)
@@ -332,7 +332,7 @@ def test_plan_reports_a_tiny_flow_through_an_empty_pool_as_unserved_with_a_reaso
         values[outcome.columns.use_offset + acc] += 2e-6
         return dataclasses.replace(outcome, values=values)
 
-    monkeypatch.setattr(pipeline, "optimize", doctored)
+    monkeypatch.setattr(window, "optimize", doctored)
     result = checked(request)
     (a,) = result.workloads
     assert {r.colocated.device for r in a.routes} == {"gpu"}

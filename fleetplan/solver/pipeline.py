@@ -23,7 +23,7 @@ from fleetplan.solver.formulation import Churn, pool_cost, previous_instances
 from fleetplan.solver.memo import per_table
 from fleetplan.solver.optimize import Outcome, optimize
 from fleetplan.solver.verify import verify
-from fleetplan.solver.window import settle, unguarded_warnings
+from fleetplan.solver.window import optimize_guarded, settle, unguarded_warnings
 
 _STATUS = {
     Termination.OPTIMAL: "optimal",
@@ -99,7 +99,7 @@ def plan(
         cand = dataclasses.replace(cand, churn=churn)
     _check(deadline, "candidate generation")
     objective = request.options.objective
-    outcome, status = _solve(_within(request, deadline), cand)
+    outcome, status = _solve(_within(request, deadline), cand, deadline)
     if outcome is not None:
         # the candidates (and request) the outcome solved: a min_cost request the fleet cannot serve is
         # settled and extracted as the max_goodput plan it falls back to
@@ -178,12 +178,14 @@ def _within(request: PlanRequest, deadline: Deadline | None) -> PlanRequest:
     )
 
 
-def _solve(request: PlanRequest, cand) -> tuple[Outcome | None, str]:
-    """The outcome to report and its status; a min_cost request the fleet cannot serve gets the
-    max-goodput plan, reported as infeasible, so the user sees what the fleet can do instead."""
+def _solve(request: PlanRequest, cand, deadline: Deadline | None = None) -> tuple[Outcome | None, str]:
+    """The outcome to report and its status (window.optimize_guarded: a min_cost plan is solved again
+    where the window guard would lower a pool); a min_cost request the fleet cannot serve (within the
+    promise) gets the max-goodput plan, reported as infeasible, so the user sees what the fleet can do
+    instead."""
     if cand.uses.empty:
         return None, "no_candidates"
-    outcome = optimize(request, cand)
+    outcome = optimize_guarded(request, cand, deadline)
     if outcome.termination is Termination.INFEASIBLE and request.options.objective == "min_cost":
         as_goodput = msgspec.structs.replace(
             request, options=msgspec.structs.replace(request.options, objective="max_goodput")

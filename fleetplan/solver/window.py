@@ -22,25 +22,27 @@ the count depends on how many requests the class has in the window, which only t
 Instances, devices and cost stay the MILP's: the guard serves less on the same hardware where one window
 would break the class too often. It applies where the pooled credit does (`max_goodput` under the queueing
 model, not a churn-limited re-plan) and to `max_min_fraction` plans, which give flow up as a smaller
-common fraction (phi, then goodput, on fixed instances: `_solve_fixed`; since session 23): a plan that
-must serve all its demand cannot give up flow on fixed instances. docs/formulation.md ("One window's
-scatter", "The other objectives") has the formulas and the measurements.
+common fraction (phi, then goodput, on fixed instances: `_solve_fixed`; since session 23). A plan that
+must serve all its demand cannot give up flow on fixed instances: a `min_cost` plan is solved again with
+the pools the guard would lower capped (`optimize_guarded`). docs/formulation.md ("One window's scatter",
+"The other objectives") has the formulas and the measurements.
 """
 
 import dataclasses
 import time
 
+import msgspec
 import numpy as np
 
 from fleetplan.models.plan import PlanRequest
 from fleetplan.solver import capacity, scatter
-from fleetplan.solver.backends import Sense, SolveResult, get_backend
-from fleetplan.solver.candidates import Candidates
+from fleetplan.solver.backends import Sense, SolveResult, Termination, get_backend
+from fleetplan.solver.candidates import Candidates, keep_pools
 from fleetplan.solver.deadline import Deadline
 from fleetplan.solver.extract import capacity_used, served_by_class
 from fleetplan.solver.formulation import MatrixForm, use_demand
 from fleetplan.solver.headroom import pool_queues, pooled_rho
-from fleetplan.solver.optimize import Outcome, lock_stage
+from fleetplan.solver.optimize import Outcome, lock_stage, optimize
 from fleetplan.solver.pooled import (
     FLOW_EPS,
     TIME_LIMIT_S,
@@ -51,6 +53,7 @@ from fleetplan.solver.pooled import (
 )
 
 ROUNDS = 4  # guard rounds at most: each lowers N_w, and with it the margin, a little less
+MIN_ROUND_S = 0.05  # optimize_guarded starts no round with less of the time limit left (s)
 
 
 def settle(
@@ -94,6 +97,57 @@ def window_guard(
         stages=(*outcome.stages, *stage_records(outcome, calls, "window")),
     )
     return dataclasses.replace(cand, pools=cand.pools.assign(rho=rho)), new_outcome
+
+
+def optimize_guarded(request: PlanRequest, cand: Candidates, deadline: Deadline | None = None) -> Outcome:
+    """optimize(), and for a plan that must serve all its demand (min_cost under the queueing model, not a
+    churn-limited re-plan), which the guard cannot give flow up on, again on the candidate tables with each
+    pool's headroom capped where the guard would lower it (`capped_tables`), until no pool falls (at most
+    ROUNDS more solves, all within the request's time limit and what `deadline` leaves of it): the MILP
+    buys or moves instances instead of leaving a window warning. A capped model without a feasible plan is
+    returned as it is (the fleet cannot serve all its demand within the promise: plan() then falls back to
+    max_goodput); a capped solve stopped without a plan keeps the last plan. The capped tables ride on the
+    outcome (`candidates`)."""
+    began = time.perf_counter()
+    outcome = optimize(request, cand)
+    for _ in range(ROUNDS):
+        capped = capped_tables(request, outcome.candidates, outcome)
+        # the rounds share the request's time limit (and what the deadline leaves of it)
+        left = request.options.time_limit_s - (time.perf_counter() - began)
+        if deadline is not None:
+            left = min(left, deadline.solver_time_limit(left))
+        if capped is None or left < MIN_ROUND_S:
+            break
+        options = msgspec.structs.replace(request.options, time_limit_s=left)
+        offset = (time.perf_counter() - began) * 1e3  # ms from the first round's entry
+        again = optimize(msgspec.structs.replace(request, options=options), capped)
+        if again.values is None and again.termination is not Termination.INFEASIBLE:
+            break
+        # every round's solver calls stay on the record (SolverInfo.stages, timed from the first round's
+        # entry), their time in solve_ms
+        ahead = again.stages
+        shifted = tuple(msgspec.structs.replace(r, ended_ms=round(r.ended_ms + offset, 3)) for r in ahead)
+        solve_ms = outcome.solve_ms + again.build_ms + again.solve_ms
+        outcome = dataclasses.replace(again, stages=(*outcome.stages, *shifted), solve_ms=solve_ms)
+        if again.values is None:
+            break
+    return outcome
+
+
+def capped_tables(request: PlanRequest, cand: Candidates, outcome: Outcome) -> Candidates | None:
+    """For a `min_cost` plan under the queueing model (not a churn-limited re-plan): `cand` with each
+    pool's headroom at most what the guard gives it for this plan (its classes' requests in one window
+    are their whole demand), the pools left below capacity.RHO_MIN dropped; None where no pool falls."""
+    options = request.options
+    if options.objective != "min_cost" or options.capacity_model != "queueing" or cand.churn is not None:
+        return None
+    if outcome.values is None:
+        return None
+    caps = _guarded_rho(cand, outcome, outcome.values, cand.pools["rho"].to_numpy(float))
+    if caps is None:
+        return None
+    pools, uses = keep_pools(cand.pools.assign(rho=caps), cand.uses, caps >= capacity.RHO_MIN)
+    return dataclasses.replace(cand, pools=pools, uses=uses)
 
 
 def _guarded_rho(
@@ -233,10 +287,10 @@ def _unlocked(form: MatrixForm) -> MatrixForm:
 
 
 def unguarded_warnings(request: PlanRequest, cand: Candidates, outcome: Outcome | None) -> list[str]:
-    """Where the guard does not apply (a `min_cost` plan that serves all its demand, or a churn-limited
-    re-plan, under the queueing model), one warning per pool that runs above the headroom the guard would
-    give it: the plan keeps the MILP's, and one judged window may break the classes that pool carries more
-    than WINDOW_DELTA of the time."""
+    """Where the guard does not apply (a churn-limited re-plan under the queueing model, or a `min_cost`
+    plan whose rounds of `optimize_guarded` ran out first), one warning per pool that runs above the
+    headroom the guard would give it: the plan keeps the MILP's, and one judged window may break the
+    classes that pool carries more than WINDOW_DELTA of the time."""
     if outcome is None or outcome.values is None or request.options.capacity_model != "queueing":
         return []
     if guard_applies(request, cand):
@@ -272,7 +326,7 @@ def _window_warning(
     where = f"{pool['owner']} {pool['role']} pool on {pool['device']} (batch {pool['batch']})"
     return (
         f"window: the {where} runs at {running:.3f} of its full-batch rate; {above}, one 600 s window may "
-        f"break {carried} more than {scatter.WINDOW_DELTA:.0%} of the time (the window guard lowers "
-        "headroom in max_goodput and max_min_fraction plans, not where all demand must be served or "
-        "instances may not move)"
+        f"break {carried} more than {scatter.WINDOW_DELTA:.0%} of the time (the window guard did not apply: "
+        "a churn-limited re-plan keeps its instances, and a min_cost plan's re-solves stop after four rounds "
+        "or at the time budget)"
     )

@@ -40,7 +40,7 @@ from fleetplan.solver.backends import Termination, relative_gap
 from fleetplan.solver.candidates import Candidates, build_candidates, check_profiles_cover, device_table
 from fleetplan.solver.formulation import pool_cost, spends_all, with_matrix_memo
 from fleetplan.solver.optimize import Outcome, optimize, optimize_above
-from fleetplan.solver.window import settle
+from fleetplan.solver.window import optimize_guarded, settle
 from fleetplan.whatif.grid import one_more, shares_candidates, variant, widened
 
 _STATUS = {
@@ -331,7 +331,7 @@ def solve_request(request: PlanRequest, cand: Candidates) -> Solved:
     demand = float(cand.classes["rate_rps"].sum())
     if cand.uses.empty:
         return Solved("no_candidates", 0.0, demand, 0.0, 0.0, _zeros(request), [], None, 0.0)
-    outcome = optimize(request, cand)
+    outcome = optimize_guarded(request, cand)
     status = _STATUS.get(outcome.termination)
     if outcome.termination is Termination.INFEASIBLE and request.options.objective == "min_cost":
         options = msgspec.structs.replace(request.options, objective="max_goodput")
@@ -353,11 +353,13 @@ def summarize(request: PlanRequest, cand: Candidates, outcome: Outcome, status: 
     # the MILP's own vector is the marginal values' hint and floor (the credited one breaks capacity rows)
     milp_values = outcome.values
     objective = outcome.primary_value
+    # as plan(): the tables and request the outcome solved (a min_cost plan's capped ones, a min_cost
+    # fallback's max_goodput request), settled as that request
+    cand = outcome.candidates
     instances = np.round(milp_values[: outcome.columns.n_pools])
     spend = float(pool_cost(cand) @ instances)
     demand = float(cand.classes["rate_rps"].sum())
-    # as plan(): settled as the request the outcome solved (a min_cost fallback's max_goodput one)
-    cand, outcome = settle(outcome.candidates.request, outcome.candidates, outcome)
+    cand, outcome = settle(cand.request, cand, outcome)
     sol = extract.solution_from(cand, outcome.columns, outcome.values)
     devices = extract.devices_out(cand, sol)
     price = {d.name: d.cost_per_hour for d in request.devices}
