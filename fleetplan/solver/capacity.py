@@ -707,13 +707,17 @@ def prefill_admissible(
     alternatives and is not itself admitted (nic_utilization's trials). `window`: the class's requests
     in one judged window, where known (after the MILP: fleetplan/solver/window.py); epsilon is then
     tightened where that window's percentile would scatter beyond it (`window_epsilon`)."""
-    full_mean = full_batch_mean(curves, batch)
+    full_grid = service_grid(curves.at("ttft", batch))  # one full batch's (full_batch_mean's)
+    full_mean = moments(full_grid)[0]
 
     memo: dict = {}  # at b = 1 the service, limit, share and KV wait are the same at every rate
     grids: dict = {}  # at b > 1 the service grid at each whole batch size (own_service)
 
     def ok(rate):
-        planned = epsilon if window is None else prefill_window_epsilon(epsilon, rate, curves, batch, window)
+        if window is None:
+            planned = epsilon
+        else:
+            planned = prefill_window_epsilon(epsilon, rate, curves, batch, window, full_grid)
         tail_ = prefill_tail(
             rate, curves, batch, limit_ms, kv, share, full_mean, servers, memo, grids, mixture, planned
         )
@@ -787,21 +791,23 @@ def window_epsilon(epsilon, load, cv2, requests) -> np.ndarray:
     return np.minimum(epsilon, margin * tail)
 
 
-def prefill_window_epsilon(epsilon, rate, curves, batch, requests) -> np.ndarray:
+def prefill_window_epsilon(epsilon, rate, curves, batch, requests, grid=None) -> np.ndarray:
     """`window_epsilon` of a prefill use at `rate`: its load against full-batch capacity, rho_b = rate
     E[S(b)] / b (batch_wait's: a batching server is busy at any load while its batches fill, but its queue
     builds, and its episodes last, only as rho_b nears 1; at b = 1 it is the busy fraction), with one full
-    batch's squared CV."""
+    batch's squared CV. `grid`: that full batch's service grid where the caller has it (the same at every
+    rate of a bisection)."""
     batch = np.asarray(batch, dtype=float)
-    grid = service_grid(curves.at("ttft", batch))
+    grid = service_grid(curves.at("ttft", batch)) if grid is None else grid
     rho_b = np.clip(np.asarray(rate, dtype=float) * moments(grid)[0] / (1e3 * batch), 0.0, 1.0)
     return window_epsilon(epsilon, rho_b, hold_cv2(grid), requests)
 
 
-def decode_window_epsilon(epsilon, rate, curves, batch, steps, requests) -> np.ndarray:
+def decode_window_epsilon(epsilon, rate, curves, batch, steps, requests, grid=None) -> np.ndarray:
     """`window_epsilon` of a decode use at `rate`: its slot queue's load, rate H / b with H = steps E[TBT]
-    (decode_tail's), and one step's squared CV (a hold's draws bound its own: hold_cv2)."""
-    grid = service_grid(curves.at("tbt", batch))
+    (decode_tail's), and one step's squared CV (a hold's draws bound its own: hold_cv2). `grid`: the TBT
+    service grid where the caller has it (the same at every rate of a bisection)."""
+    grid = service_grid(curves.at("tbt", batch)) if grid is None else grid
     hold = np.maximum(steps, 1.0) * moments(grid)[0]
     load = np.clip(np.asarray(rate, dtype=float) * hold / (1e3 * np.asarray(batch, dtype=float)), 0.0, 1.0)
     return window_epsilon(epsilon, load, hold_cv2(grid), requests)
@@ -988,7 +994,7 @@ def _decode_rates(t: UseTable, curves: Curves, levels: int | None, probe: bool =
     def ok(rate):
         planned = t.epsilon
         if t.window is not None:
-            planned = decode_window_epsilon(t.epsilon, rate, curves, t.batch, t.steps, t.window)
+            planned = decode_window_epsilon(t.epsilon, rate, curves, t.batch, t.steps, t.window, tbt_grid)
         tail_ = decode_tail(rate, tbt_grid, hold, slots, steps, t.tbt_slo, t.share, t.servers, planned)
         return tail_ <= planned
 
