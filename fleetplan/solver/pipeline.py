@@ -179,10 +179,9 @@ def _within(request: PlanRequest, deadline: Deadline | None) -> PlanRequest:
 
 
 def _solve(request: PlanRequest, cand, deadline: Deadline | None = None) -> tuple[Outcome | None, str]:
-    """The outcome to report and its status (window.optimize_guarded: a min_cost plan is solved again
-    where the window guard would lower a pool); a min_cost request the fleet cannot serve (within the
-    promise) gets the max-goodput plan, reported as infeasible, so the user sees what the fleet can do
-    instead."""
+    """The outcome to report and its status (window.optimize_guarded: a min_cost plan is solved on tables
+    capped at the window guard's headroom); a min_cost request the fleet cannot serve (within the promise)
+    gets the max-goodput plan, reported as infeasible, so the user sees what the fleet can do instead."""
     if cand.uses.empty:
         return None, "no_candidates"
     outcome = optimize_guarded(request, cand, deadline)

@@ -23,8 +23,8 @@ Instances, devices and cost stay the MILP's: the guard serves less on the same h
 would break the class too often. It applies where the pooled credit does (`max_goodput` under the queueing
 model, not a churn-limited re-plan) and to `max_min_fraction` plans, which give flow up as a smaller
 common fraction (phi, then goodput, on fixed instances: `_solve_fixed`; since session 23). A plan that
-must serve all its demand cannot give up flow on fixed instances: a `min_cost` plan is solved again with
-the pools the guard would lower capped (`optimize_guarded`). docs/formulation.md ("One window's scatter",
+must serve all its demand cannot give up flow on fixed instances: a `min_cost` plan is solved on tables
+capped at the guard's headroom (`optimize_guarded`). docs/formulation.md ("One window's scatter",
 "The other objectives") has the formulas and the measurements.
 """
 
@@ -101,53 +101,93 @@ def window_guard(
 
 def optimize_guarded(request: PlanRequest, cand: Candidates, deadline: Deadline | None = None) -> Outcome:
     """optimize(), and for a plan that must serve all its demand (min_cost under the queueing model, not a
-    churn-limited re-plan), which the guard cannot give flow up on, again on the candidate tables with each
-    pool's headroom capped where the guard would lower it (`capped_tables`), until no pool falls (at most
-    ROUNDS more solves, all within the request's time limit and what `deadline` leaves of it): the MILP
-    buys or moves instances instead of leaving a window warning. A capped model without a feasible plan is
-    returned as it is (the fleet cannot serve all its demand within the promise: plan() then falls back to
-    max_goodput); a capped solve stopped without a plan keeps the last plan. The capped tables ride on the
-    outcome (`candidates`)."""
+    churn-limited re-plan), which the guard cannot give flow up on, on tables whose pools' headroom the
+    guard already holds: its classes' requests in one window are their whole demand, so each pool is capped
+    up front at the guard's headroom for every use it offers (`prior_tables`: at least as low as for any
+    plan's subset of them). Where that leaves no plan, the tables as they are. Then, as a backstop, again
+    with each pool capped where the guard would lower it for the plan found (`capped_tables`) until none
+    falls (at most ROUNDS more solves, all within the request's time limit and what `deadline` leaves of
+    it). A capped model without a feasible plan is returned as it is (the fleet cannot serve all its
+    demand within the promise: plan() then falls back to max_goodput); a capped solve stopped without a
+    plan keeps the last plan. The capped tables ride on the outcome (`candidates`); every solve's calls
+    are in its stages."""
     began = time.perf_counter()
-    outcome = optimize(request, cand)
+    prior = prior_tables(request, cand)
+    outcome = optimize(request, cand if prior is None else prior)
+    if prior is not None and outcome.termination is Termination.INFEASIBLE:
+        outcome = _joined(outcome, optimize(_within(request, began, deadline), cand), began)
     for _ in range(ROUNDS):
         capped = capped_tables(request, outcome.candidates, outcome)
-        # the rounds share the request's time limit (and what the deadline leaves of it)
-        left = request.options.time_limit_s - (time.perf_counter() - began)
-        if deadline is not None:
-            left = min(left, deadline.solver_time_limit(left))
-        if capped is None or left < MIN_ROUND_S:
+        limited = _within(request, began, deadline)
+        if capped is None or limited.options.time_limit_s < MIN_ROUND_S:
             break
-        options = msgspec.structs.replace(request.options, time_limit_s=left)
-        offset = (time.perf_counter() - began) * 1e3  # ms from the first round's entry
-        again = optimize(msgspec.structs.replace(request, options=options), capped)
+        again = optimize(limited, capped)
         if again.values is None and again.termination is not Termination.INFEASIBLE:
             break
-        # every round's solver calls stay on the record (SolverInfo.stages, timed from the first round's
-        # entry), their time in solve_ms
-        ahead = again.stages
-        shifted = tuple(msgspec.structs.replace(r, ended_ms=round(r.ended_ms + offset, 3)) for r in ahead)
-        solve_ms = outcome.solve_ms + again.build_ms + again.solve_ms
-        outcome = dataclasses.replace(again, stages=(*outcome.stages, *shifted), solve_ms=solve_ms)
+        outcome = _joined(outcome, again, began)
         if again.values is None:
             break
     return outcome
+
+
+def _within(request: PlanRequest, began: float, deadline: Deadline | None) -> PlanRequest:
+    """`request` with what is left of its time limit since `began` (and of `deadline`) as its limit."""
+    left = request.options.time_limit_s - (time.perf_counter() - began)
+    if deadline is not None:
+        left = min(left, deadline.solver_time_limit(left))
+    options = msgspec.structs.replace(request.options, time_limit_s=max(left, 0.0))
+    return msgspec.structs.replace(request, options=options)
+
+
+def _joined(outcome: Outcome, again: Outcome, began: float) -> Outcome:
+    """`again`, with `outcome`'s solver calls ahead of its own (SolverInfo.stages, `again`'s timed on from
+    `began`, the first solve's entry) and both solves' time in solve_ms."""
+    offset = (time.perf_counter() - began) * 1e3 - again.build_ms - again.solve_ms
+    shifted = tuple(msgspec.structs.replace(r, ended_ms=round(r.ended_ms + offset, 3)) for r in again.stages)
+    solve_ms = outcome.solve_ms + again.build_ms + again.solve_ms
+    return dataclasses.replace(again, stages=(*outcome.stages, *shifted), solve_ms=solve_ms)
+
+
+def prior_tables(request: PlanRequest, cand: Candidates) -> Candidates | None:
+    """For a `min_cost` request under the queueing model (not a churn-limited re-plan): `cand` with each
+    prefill and decode pool's headroom at most the guard's for every use it offers, each class's requests
+    in one window its whole demand (`headroom.pooled_rho` at one instance), the pools left below
+    capacity.RHO_MIN dropped; None where no pool falls."""
+    if not _serves_all(request, cand):
+        return None
+    uses = cand.uses
+    rows = np.flatnonzero(uses["role"].isin(["prefill", "decode"]).to_numpy())
+    if not len(rows):
+        return None
+    demand = cand.classes["rate_rps"].to_numpy(float)[uses["w"].to_numpy()[rows]]
+    use_rho = pooled_rho(cand, rows, np.ones(len(rows), dtype=np.int64), demand * capacity.WINDOW_MS / 1e3)
+    rho = cand.pools["rho"].to_numpy(float)
+    lowest = rho.copy()
+    np.minimum.at(lowest, uses["pool"].to_numpy()[rows], use_rho)
+    return _with_headroom(cand, lowest) if (lowest < rho - 1e-12).any() else None
+
+
+def _serves_all(request: PlanRequest, cand: Candidates) -> bool:
+    """Whether the guard's headroom goes back into the MILP: a min_cost plan under the queueing model,
+    not a churn-limited re-plan."""
+    options = request.options
+    return options.objective == "min_cost" and options.capacity_model == "queueing" and cand.churn is None
+
+
+def _with_headroom(cand: Candidates, rho: np.ndarray) -> Candidates:
+    """`cand` with its pools' headroom at `rho`, the pools below capacity.RHO_MIN dropped."""
+    pools, uses = keep_pools(cand.pools.assign(rho=rho), cand.uses, rho >= capacity.RHO_MIN)
+    return dataclasses.replace(cand, pools=pools, uses=uses)
 
 
 def capped_tables(request: PlanRequest, cand: Candidates, outcome: Outcome) -> Candidates | None:
     """For a `min_cost` plan under the queueing model (not a churn-limited re-plan): `cand` with each
     pool's headroom at most what the guard gives it for this plan (its classes' requests in one window
     are their whole demand), the pools left below capacity.RHO_MIN dropped; None where no pool falls."""
-    options = request.options
-    if options.objective != "min_cost" or options.capacity_model != "queueing" or cand.churn is not None:
-        return None
-    if outcome.values is None:
+    if not _serves_all(request, cand) or outcome.values is None:
         return None
     caps = _guarded_rho(cand, outcome, outcome.values, cand.pools["rho"].to_numpy(float))
-    if caps is None:
-        return None
-    pools, uses = keep_pools(cand.pools.assign(rho=caps), cand.uses, caps >= capacity.RHO_MIN)
-    return dataclasses.replace(cand, pools=pools, uses=uses)
+    return None if caps is None else _with_headroom(cand, caps)
 
 
 def _guarded_rho(
@@ -327,6 +367,6 @@ def _window_warning(
     return (
         f"window: the {where} runs at {running:.3f} of its full-batch rate; {above}, one 600 s window may "
         f"break {carried} more than {scatter.WINDOW_DELTA:.0%} of the time (the window guard did not apply: "
-        "a churn-limited re-plan keeps its instances, and a min_cost plan's re-solves stop after four rounds "
-        "or at the time budget)"
+        "a churn-limited re-plan keeps its instances; a min_cost plan's re-solves stop after four rounds or "
+        "at the time limit)"
     )
