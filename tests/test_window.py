@@ -209,7 +209,7 @@ def test_a_plan_the_guard_does_not_apply_to_says_where_a_window_may_break():
     """The guard cannot give flow up on a plan that must serve all its demand. On the MILP's first min_cost
     plan of gen-25 (all of whose demand its fleet serves) `unguarded_warnings` names, per pool running
     above what the guard would allow, the pool, its load and the classes it carries: what a plan would
-    say that kept it (a churn-limited re-plan does)."""
+    say that kept it (a min_cost plan whose re-solves ran out does)."""
     import msgspec
 
     from bench.fidelity import generated
@@ -238,6 +238,23 @@ def test_a_plan_the_guard_does_not_apply_to_says_where_a_window_may_break():
         assert (model, role, device, int(batch)) in running
         carried = note.split("window may break ")[1].split(" more than")[0].split(", ")
         assert set(carried) <= {w.name for w in request.workloads}
+
+
+def test_a_churn_limited_replan_is_guarded_like_a_first_plan():
+    """The guard moves no instance, so a churn-limited re-plan gets it too (session 23): paper.json planned,
+    then re-planned against that plan in force, carries a "window" step and no window warning. Before,
+    the re-plan kept the MILP's headroom (56.05 SLO RPS with a warning against the first plan's 56.01)."""
+    from fleetplan import fixtures
+    from fleetplan.models.codec import read_request
+    from fleetplan.solver.formulation import Churn
+
+    request = read_request(fixtures.request_path("paper"))
+    first = plan(request, with_baselines=False)
+    churn = Churn.from_pools(first.pools, request.options.pooling, 4, 0.001)
+    again = plan(request, with_baselines=False, churn=churn)
+    assert "window" in [s.step for s in again.solver.stages]
+    assert not [w for w in again.warnings if w.startswith("window:")]
+    assert all(p.utilization <= p.headroom + 1e-9 for p in again.pools)
 
 
 def test_a_min_cost_plan_is_planned_on_the_guards_headroom():

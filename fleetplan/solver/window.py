@@ -20,9 +20,9 @@ the count depends on how many requests the class has in the window, which only t
    ROUNDS times).
 
 Instances, devices and cost stay the MILP's: the guard serves less on the same hardware where one window
-would break the class too often. It applies where the pooled credit does (`max_goodput` under the queueing
-model, not a churn-limited re-plan) and to `max_min_fraction` plans, which give flow up as a smaller
-common fraction (phi, then goodput, on fixed instances: `_solve_fixed`; since session 23). A plan that
+would break the class too often. It applies to `max_goodput` plans under the queueing model, churn-limited
+re-plans among them (it moves no instance), and to `max_min_fraction` plans, which give flow up as a smaller
+common fraction (phi, then goodput, on fixed instances: `_solve_fixed`; both since session 23). A plan that
 must serve all its demand cannot give up flow on fixed instances: a `min_cost` plan is solved on tables
 capped at the guard's headroom (`optimize_guarded`). docs/formulation.md ("One window's scatter",
 "The other objectives") has the formulas and the measurements.
@@ -47,7 +47,6 @@ from fleetplan.solver.pooled import (
     FLOW_EPS,
     TIME_LIMIT_S,
     fixed_form,
-    gives_flow_up,
     pool_credit,
     stage_records,
 )
@@ -220,12 +219,11 @@ def _guarded_rho(
 
 
 def guard_applies(request: PlanRequest, cand: Candidates) -> bool:
-    """Whether the guard applies: where the pooled credit does (`pooled.gives_flow_up`: a max_goodput plan
-    under the queueing model, not a churn-limited re-plan), and to a max_min_fraction plan, which gives
-    flow up as a smaller common fraction phi (`_solve_fixed`). A min_cost plan must serve all its demand."""
+    """Whether the guard applies: a max_goodput plan under the queueing model, and a max_min_fraction one,
+    which gives flow up as a smaller common fraction phi (`_solve_fixed`), churn-limited re-plans among
+    them (the guard moves no instance). A min_cost plan must serve all its demand (`optimize_guarded`)."""
     options = request.options
-    fair = options.objective == "max_min_fraction" and options.capacity_model == "queueing"
-    return gives_flow_up(request, cand) or (fair and cand.churn is None)
+    return options.capacity_model == "queueing" and options.objective in ("max_goodput", "max_min_fraction")
 
 
 def _solve_fixed(
@@ -327,8 +325,8 @@ def _unlocked(form: MatrixForm) -> MatrixForm:
 
 
 def unguarded_warnings(request: PlanRequest, cand: Candidates, outcome: Outcome | None) -> list[str]:
-    """Where the guard does not apply (a churn-limited re-plan under the queueing model, or a `min_cost`
-    plan whose rounds of `optimize_guarded` ran out first), one warning per pool that runs above the
+    """Where the guard does not apply (a `min_cost` plan under the queueing model whose rounds of
+    `optimize_guarded` ran out first), one warning per pool that runs above the
     headroom the guard would give it: the plan keeps the MILP's, and one judged window may break the
     classes that pool carries more than WINDOW_DELTA of the time."""
     if outcome is None or outcome.values is None or request.options.capacity_model != "queueing":
@@ -367,6 +365,5 @@ def _window_warning(
     return (
         f"window: the {where} runs at {running:.3f} of its full-batch rate; {above}, one 600 s window may "
         f"break {carried} more than {scatter.WINDOW_DELTA:.0%} of the time (the window guard did not apply: "
-        "a churn-limited re-plan keeps its instances; a min_cost plan's re-solves stop after four rounds or "
-        "at the time limit)"
+        "a min_cost plan's re-solves stop after four rounds or at the time limit)"
     )
