@@ -326,7 +326,8 @@ def _unlocked(form: MatrixForm) -> MatrixForm:
 
 def unguarded_warnings(request: PlanRequest, cand: Candidates, outcome: Outcome | None) -> list[str]:
     """Where the guard does not apply (a `min_cost` plan under the queueing model whose rounds of
-    `optimize_guarded` ran out first), one warning per pool that runs above the
+    `optimize_guarded` ran out first, or a churn-limited `min_cost` re-plan, whose instances the churn
+    rows hold), one warning per pool that runs above the
     headroom the guard would give it: the plan keeps the MILP's, and one judged window may break the
     classes that pool carries more than WINDOW_DELTA of the time."""
     if outcome is None or outcome.values is None or request.options.capacity_model != "queueing":
@@ -365,5 +366,6 @@ def _window_warning(
     return (
         f"window: the {where} runs at {running:.3f} of its full-batch rate; {above}, one 600 s window may "
         f"break {carried} more than {scatter.WINDOW_DELTA:.0%} of the time (the window guard did not apply: "
-        "a min_cost plan's re-solves stop after four rounds or at the time limit)"
+        "a min_cost plan's re-solves stop after four rounds or at the time limit, and skip churn-limited "
+        "re-plans)"
     )
