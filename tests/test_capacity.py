@@ -633,9 +633,8 @@ def test_colocated_slots_are_filled_by_holds_stretched_by_the_other_prefills():
     n = capacity.batch_fixed_point(rate, cv, t.batch, np.array([tau]))
     grid = capacity.service_grid(cv.at("ttft", n))
     hold = p + steps * tau / (1 - rate * p / (1e3 * n))
-    (prob, mean), _ = capacity._colocated_waits(
-        t, cv, rate, grid, n, hold, np.array([4]), tbt_mean=np.array([tau])
-    )
+    means = (capacity.moments(grid)[0], np.array([tau]), hold)
+    (prob, mean), _ = capacity._colocated_waits(t, cv, rate, grid, n, means, np.array([4]))
     at_mean_hold = capacity.erlang_c(np.array([4]), rate * hold / 1e3)
     assert prob[0] == pytest.approx(capacity.erlang_c(np.array([4]), rate * (4 * p + steps * tau) / 1e3)[0])
     assert prob[0] > at_mean_hold[0]

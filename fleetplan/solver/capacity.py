@@ -1018,7 +1018,8 @@ def _colocated_rates(t: UseTable, curves: Curves, levels: int | None, probe: boo
         hold = prefill_mean + t.steps * tbt_mean * stretch
         load = rate * hold / 1e3
         fits = (load < slots) & (stall <= stall_cap)
-        slot, batch = _colocated_waits(t, curves, rate, grid, n, hold, slots, full_mean, tbt_mean)
+        means = (prefill_mean, tbt_mean, hold)
+        slot, batch = _colocated_waits(t, curves, rate, grid, n, means, slots, full_mean)
         own = own_service(curves, rate, grid, tbt_mean, t.batch, grids)
         return fits & (queue_tail(grid, t.ttft_slo - tbt_mean, batch, slot, own=own) <= t.epsilon)
 
@@ -1034,15 +1035,15 @@ def cohort_hold(prefill_mean, steps, tbt_mean, slots, hold) -> np.ndarray:
     return np.maximum(hold, prefill_mean * slots + np.maximum(steps, 0.0) * tbt_mean)
 
 
-def _colocated_waits(t: UseTable, curves, rate, grid, n, hold, slots, full_mean=None, tbt_mean=None) -> tuple:
+def _colocated_waits(t: UseTable, curves, rate, grid, n, means, slots, full_mean=None) -> tuple:
     """A colocated request's two waits before its prefill ends, as `queue_tail` takes them: a free slot
     ((probability, conditional mean): Erlang C over the b slots at the load of the holds that fill them,
-    `cohort_hold`, and M/M/b's conditional mean at the mean hold `hold`) and the prefill batches ahead
-    (`batch_wait`, as for a prefill instance; prefill-first scheduling runs one batch at a time)."""
+    `cohort_hold`, and M/M/b's conditional mean at the mean hold) and the prefill batches ahead
+    (`batch_wait`, as for a prefill instance; prefill-first scheduling runs one batch at a time). `means`:
+    the caller's (E[S(n*)] of `grid`, E[TBT], mean hold) in ms."""
+    prefill_mean, tbt_mean, hold = means
     load = rate * hold / 1e3
-    if tbt_mean is None:
-        tbt_mean = moments(service_grid(curves.at("tbt", t.batch)))[0]
-    filling = cohort_hold(moments(grid)[0], t.steps, tbt_mean, slots, hold)
+    filling = cohort_hold(prefill_mean, t.steps, tbt_mean, slots, hold)
     slot_prob = slot_wait_prob(slots, rate * filling / 1e3, t.servers)
     # M/M/b's mean, not hold_factor's: the colocated TTFT is optimistic near its knee already (gen-26's
     # p90 class on a batch-4 TPU v5e at 4.09 requests/s: predicted 222 ms, 261 over 6000 s simulated;
@@ -1182,7 +1183,7 @@ def _predict_colocated(t: UseTable, curves: Curves, rate: np.ndarray) -> tuple[n
     stall = np.clip(rate * prefill_mean / (1e3 * n), 0.0, 1.0 - 1e-9)
     hold = prefill_mean + t.steps * tbt_mean / (1.0 - stall)
     slots = t.batch.astype(np.int64)
-    slot, batch = _colocated_waits(t, curves, rate, grid, n, hold, slots, tbt_mean=tbt_mean)
+    slot, batch = _colocated_waits(t, curves, rate, grid, n, (prefill_mean, tbt_mean, hold), slots)
     own = own_service(curves, rate, grid, tbt_mean, t.batch)
     upper = 20.0 * (t.ttft_slo + t.ttft_q) + 1e3
     ttft = bisect_limit(lambda lim: queue_tail(grid, lim - tbt_mean, batch, slot, own=own), t.epsilon, upper)

@@ -29,7 +29,7 @@ import time
 import numpy as np
 import pandas as pd
 
-from fleetplan.models.plan import PlanRequest, StageRecord, StageStep
+from fleetplan.models.plan import Options, PlanRequest, StageRecord, StageStep
 from fleetplan.solver.backends import Sense, SolveResult, get_backend
 from fleetplan.solver.candidates import Candidates
 from fleetplan.solver.deadline import Deadline
@@ -128,16 +128,28 @@ def _credited(
     integers[: cols.n_pools] = x
     flow_hi = np.where(lifted[cand.uses["pool"].to_numpy()], use_demand(cand), np.nan)
     form = fixed_form(outcome.form, cols, integers, new_rho, raised, blocked, flow_hi)
-    goodput = outcome.form.objectives["goodput"]
-    options = cand.request.options
-    began = time.perf_counter()
-    result = get_backend(options.solver).solve(
-        form, goodput, Sense.MAX, time_limit_s=limit, mip_rel_gap=options.mip_rel_gap, relax=True
-    )
-    calls.append(("goodput", result, (time.perf_counter() - began) * 1e3))
-    if not result.has_solution or result.objective is None:
+    result = fixed_lp(form, "goodput", cand.request.options, limit, calls)
+    if result is None or result.objective is None:
         return None
     return _Credit(float(result.objective), x, carrying, result, new_rho, raised)
+
+
+def fixed_lp(
+    form: MatrixForm, stage: str, options: Options, limit: float, calls: list[tuple[str, SolveResult, float]]
+) -> SolveResult | None:
+    """Maximize `stage`'s objective over `form` as an LP (its instances fixed: fixed_form); the result, its
+    stage and its ms join `calls`; None without a plan. The credit's LP and the window guard's."""
+    began = time.perf_counter()
+    result = get_backend(options.solver).solve(
+        form,
+        form.objectives[stage],
+        Sense.MAX,
+        time_limit_s=limit,
+        mip_rel_gap=options.mip_rel_gap,
+        relax=True,
+    )
+    calls.append((stage, result, (time.perf_counter() - began) * 1e3))
+    return result if result.has_solution and result.values is not None else None
 
 
 @dataclasses.dataclass(frozen=True)

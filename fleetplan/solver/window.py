@@ -36,7 +36,7 @@ import numpy as np
 
 from fleetplan.models.plan import PlanRequest
 from fleetplan.solver import capacity, scatter
-from fleetplan.solver.backends import Sense, SolveResult, Termination, get_backend
+from fleetplan.solver.backends import Sense, SolveResult, Termination
 from fleetplan.solver.candidates import Candidates, keep_pools
 from fleetplan.solver.deadline import Deadline
 from fleetplan.solver.extract import capacity_used, served_by_class
@@ -47,6 +47,7 @@ from fleetplan.solver.pooled import (
     FLOW_EPS,
     TIME_LIMIT_S,
     fixed_form,
+    fixed_lp,
     pool_credit,
     stage_records,
 )
@@ -114,10 +115,10 @@ def optimize_guarded(request: PlanRequest, cand: Candidates, deadline: Deadline 
     prior = prior_tables(request, cand)
     outcome = optimize(request, cand if prior is None else prior)
     if prior is not None and outcome.termination is Termination.INFEASIBLE:
-        outcome = _joined(outcome, optimize(_within(request, began, deadline), cand), began)
+        outcome = _joined(outcome, optimize(_time_left(request, began, deadline), cand), began)
     for _ in range(ROUNDS):
         capped = capped_tables(request, outcome.candidates, outcome)
-        limited = _within(request, began, deadline)
+        limited = _time_left(request, began, deadline)
         if capped is None or limited.options.time_limit_s < MIN_ROUND_S:
             break
         again = optimize(limited, capped)
@@ -129,7 +130,7 @@ def optimize_guarded(request: PlanRequest, cand: Candidates, deadline: Deadline 
     return outcome
 
 
-def _within(request: PlanRequest, began: float, deadline: Deadline | None) -> PlanRequest:
+def _time_left(request: PlanRequest, began: float, deadline: Deadline | None) -> PlanRequest:
     """`request` with what is left of its time limit since `began` (and of `deadline`) as its limit."""
     left = request.options.time_limit_s - (time.perf_counter() - began)
     if deadline is not None:
@@ -251,24 +252,7 @@ def _solve_fixed(
         form = _fair_stage(cand, form, flow > FLOW_EPS, rho, options, limit, calls)
         if form is None:
             return None
-    return _lp(form, "goodput", options, limit, calls)
-
-
-def _lp(
-    form: MatrixForm, stage: str, options, limit: float, calls: list[tuple[str, SolveResult, float]]
-) -> SolveResult | None:
-    """Maximize `stage`'s objective over the LP `form`; the result joins `calls`; None without a plan."""
-    began = time.perf_counter()
-    result = get_backend(options.solver).solve(
-        form,
-        form.objectives[stage],
-        Sense.MAX,
-        time_limit_s=limit,
-        mip_rel_gap=options.mip_rel_gap,
-        relax=True,
-    )
-    calls.append((stage, result, (time.perf_counter() - began) * 1e3))
-    return result if result.has_solution and result.values is not None else None
+    return fixed_lp(form, "goodput", options, limit, calls)
 
 
 def _fair_stage(
@@ -290,7 +274,7 @@ def _fair_stage(
         row_lo = form.row_lo.copy()
         row_lo[begin + np.flatnonzero(stranded)] = -np.inf
         form = dataclasses.replace(form, row_lo=row_lo)
-    result = _lp(form, "phi", options, limit, calls)
+    result = fixed_lp(form, "phi", options, limit, calls)
     if result is None or result.objective is None:
         return None
     return lock_stage(form, "phi", Sense.MAX, result.objective)
