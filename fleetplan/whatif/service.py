@@ -14,8 +14,11 @@ from fleetplan.whatif.frontier import frontier
 from fleetplan.whatif.grid import grid, variant
 from fleetplan.whatif.point import SweepContext, budget_key, make_context, solve_chunk
 
-# chunks per worker: more balance the load, fewer keep more plans together for reuse and warm starts
-CHUNKS_PER_WORKER = 2
+# chunks per worker: more balance the load, fewer keep more plans together for reuse. Measured with 2
+# processes (bench/README.md, session 24): paper.json's 100-point budget sweep 8.2 -> 6.9 s at 3 (the same
+# 30 solves: below the fleet's cost a plan rarely answers the next grid point, so a chunk's first point is
+# a solve either way), its count sweep 6.6 -> 6.9 s (35 solves instead of 32: plans answer many counts)
+CHUNKS_PER_WORKER = 3
 
 
 def run_whatif(
