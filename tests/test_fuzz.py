@@ -101,6 +101,26 @@ def test_a_time_limit_below_the_servers_floor_is_422_naming_it() -> None:
     assert "min_time_limit_s=0.5 (FLEETPLAN_MIN_TIME_LIMIT_S)" in answer.json()["detail"]
 
 
+def test_a_time_limit_the_solve_uses_up_is_a_plan_or_a_503_never_a_500() -> None:
+    """paper.json under 13.94 $/h: its goodput MIP takes about 1 s, so a 1 s limit is used up and the
+    window guard has no time left. That once raised ValueError inside plan() (Options refuses a limit of
+    0 s): a 500 for every request whose MILP used its whole time limit. Now the time-limited plan, or,
+    where what follows the solver runs past the request's wall-clock budget, the 503 problem that says
+    so (a server floor of 0 s lets the limit through)."""
+    body = json.loads(PAPER.read_text())
+    body["options"] = {"time_limit_s": 1.0, "budget_per_hour": 13.94}
+    app = create_app(ProfileStore([bundled_root()]), settings=Settings(min_time_limit_s=0.0))
+    with TestClient(app) as client:
+        answer = client.post("/plan", json=body)
+    if answer.status_code == 503:
+        assert answer.json()["type"] == "urn:fleetplan:problem:deadline-exceeded", answer.text
+        assert answer.json()["field"] == "options.time_limit_s"
+    else:
+        assert answer.status_code == 200, answer.text
+        assert answer.json()["status"] in ("optimal", "feasible")
+        assert answer.json()["cost_per_hour"] <= 13.94 + 1e-9
+
+
 def test_an_integer_field_takes_a_whole_float_and_refuses_a_fraction_or_a_string() -> None:
     body = json.loads(PAPER.read_text())
     body["devices"][0]["count"] = 4.0  # JSON Schema's integer: 4.0 is 4

@@ -385,3 +385,29 @@ def test_a_min_cost_request_the_fleet_cannot_serve_gets_the_guarded_max_goodput_
 
     assert shape(fallback) == shape(direct)
     assert not [w for w in fallback.warnings if w.startswith("window:")]
+
+
+@pytest.mark.parametrize("objective", ["max_goodput", "min_cost", "max_min_fraction"])
+def test_a_solve_past_its_time_limit_still_returns_its_plan(objective):
+    """optimize() may end after its time limit (its steps outside the solver run on), and the guard's
+    rounds then have no time left. Before, the time left went into Options as 0 s, which Options refuses:
+    a ValueError out of plan() (and a what-if point) for every request whose MILP used its whole limit
+    (the M and L bench instances at 10 s). Now the rounds stop, and a min_cost request whose capped
+    tables have no plan still gets its uncapped solve (at least window.MIN_ROUND_S)."""
+    import msgspec
+
+    from fleetplan import fixtures
+    from fleetplan.models.codec import read_request
+    from fleetplan.whatif.point import solve_request
+
+    request = read_request(fixtures.request_path("paper"))
+    options = msgspec.structs.replace(request.options, objective=objective, time_limit_s=0.01)
+    request = msgspec.structs.replace(request, options=options)
+    result = plan(request, with_baselines=False)  # raised ValueError
+    assert result.solver.termination in ("optimal", "feasible")
+    assert result.status in ("optimal", "feasible", "infeasible")
+    assert result.slo_rps >= 0  # what the time allowed (an empty plan is feasible)
+    from fleetplan.solver.candidates import build_candidates
+
+    point = solve_request(request, build_candidates(request, resolve_profiles(request)))
+    assert point.status in ("optimal", "feasible", "infeasible")

@@ -115,13 +115,15 @@ def optimize_guarded(request: PlanRequest, cand: Candidates, deadline: Deadline 
     prior = prior_tables(request, cand)
     outcome = optimize(request, cand if prior is None else prior)
     if prior is not None and outcome.termination is Termination.INFEASIBLE:
-        outcome = _joined(outcome, optimize(_time_left(request, began, deadline), cand), began)
+        # the plan must come from the uncapped tables now: at least MIN_ROUND_S, even past the limit
+        left = max(_seconds_left(request, began, deadline), MIN_ROUND_S)
+        outcome = _joined(outcome, optimize(_limited(request, left), cand), began)
     for _ in range(ROUNDS):
         capped = capped_tables(request, outcome.candidates, outcome)
-        limited = _time_left(request, began, deadline)
-        if capped is None or limited.options.time_limit_s < MIN_ROUND_S:
+        left = _seconds_left(request, began, deadline)
+        if capped is None or left < MIN_ROUND_S:
             break
-        again = optimize(limited, capped)
+        again = optimize(_limited(request, left), capped)
         if again.values is None and again.termination is not Termination.INFEASIBLE:
             break
         outcome = _joined(outcome, again, began)
@@ -130,12 +132,18 @@ def optimize_guarded(request: PlanRequest, cand: Candidates, deadline: Deadline 
     return outcome
 
 
-def _time_left(request: PlanRequest, began: float, deadline: Deadline | None) -> PlanRequest:
-    """`request` with what is left of its time limit since `began` (and of `deadline`) as its limit."""
+def _seconds_left(request: PlanRequest, began: float, deadline: Deadline | None) -> float:
+    """What is left of the request's time limit since `began` (and of `deadline`), in seconds: negative
+    once a solve has run past it (optimize() may overrun its limit by its steps outside the solver)."""
     left = request.options.time_limit_s - (time.perf_counter() - began)
     if deadline is not None:
         left = min(left, deadline.solver_time_limit(left))
-    options = msgspec.structs.replace(request.options, time_limit_s=max(left, 0.0))
+    return left
+
+
+def _limited(request: PlanRequest, seconds: float) -> PlanRequest:
+    """`request` with `seconds` (> 0: Options refuses anything else) as its time limit."""
+    options = msgspec.structs.replace(request.options, time_limit_s=seconds)
     return msgspec.structs.replace(request, options=options)
 
 
