@@ -700,7 +700,7 @@ def pool_keys(cand: Candidates) -> np.ndarray:
     return cand.pools.groupby(KEY, sort=True).ngroup().to_numpy()
 
 
-def _previous_by_key(cand: Candidates) -> tuple[np.ndarray, float]:
+def previous_by_key(cand: Candidates) -> tuple[np.ndarray, float]:
     """Instances of the plan in force per key k, and those on keys no candidate pool has (all removed)."""
     churn: Churn = cand.churn  # type: ignore[assignment]
     keys = cand.pools[KEY].assign(k=pool_keys(cand)).drop_duplicates(KEY)
@@ -739,7 +739,7 @@ def define_churn(cand: Candidates, cols: Columns) -> Block:
         return _empty("churn")
     churn: Churn = cand.churn  # type: ignore[assignment]
     key = pool_keys(cand)
-    per_key, gone = _previous_by_key(cand)
+    per_key, gone = previous_by_key(cand)
     n_keys = cols.n_churn
     d = cols.churn_offset + np.arange(n_keys)
     pools = np.arange(cols.n_pools)

@@ -19,7 +19,7 @@ from fleetplan.solver import baselines, explain, extract
 from fleetplan.solver.backends import Termination, relative_gap
 from fleetplan.solver.candidates import build_candidates, check_profiles_cover
 from fleetplan.solver.deadline import Deadline
-from fleetplan.solver.formulation import Churn, pool_cost, previous_instances
+from fleetplan.solver.formulation import Churn, pool_cost, pool_keys, previous_by_key
 from fleetplan.solver.memo import per_table
 from fleetplan.solver.optimize import Outcome, optimize
 from fleetplan.solver.verify import verify
@@ -209,10 +209,26 @@ def _solution(cand, outcome, values) -> extract.Solution:
 
 def _kept_instances(cand, cols, values, solution: extract.Solution) -> extract.Solution:
     """Under churn the solver may keep an instance of the plan in force that no load needs (removing it
-    would be a move): keep what it chose, up to the instances in force; idle ones added are still dropped."""
+    would be a move): keep what it chose, up to the instances in force; idle ones added are still dropped.
+    Counted per key (owner, role, device, tp, batch), as the churn rows count moves (define_churn): the
+    MILP may keep an instance in force at another headroom level of its key than the one
+    previous_instances gives it. Counted per pool column, such an instance was dropped, a move the
+    churn limit did not allow (paper.json at 1.25x its demand, max_moves 4: 5 moves)."""
     x = np.round(values[: cols.n_pools]).astype(np.int64)
-    kept = np.minimum(x, np.round(previous_instances(cand)).astype(np.int64))
-    return dataclasses.replace(solution, instances=np.maximum(solution.instances, kept))
+    keys = pool_keys(cand)
+    n_keys = int(keys.max(initial=-1)) + 1
+    chosen = np.bincount(keys, weights=x, minlength=n_keys)
+    have = np.bincount(keys, weights=solution.instances, minlength=n_keys)
+    in_force = np.round(previous_by_key(cand)[0])
+    missing = np.maximum(np.minimum(chosen, in_force) - have, 0).astype(np.int64)
+    instances = solution.instances.copy()
+    spare = np.maximum(x - instances, 0)
+    for key in np.flatnonzero(missing):  # keys with an instance in force dropped: a handful at most
+        for col in np.flatnonzero((keys == key) & (spare > 0)):
+            add = min(int(spare[col]), int(missing[key]))
+            instances[col] += add
+            missing[key] -= add
+    return dataclasses.replace(solution, instances=instances)
 
 
 def _workload_results(cand, routes, devices, links, cost, solution=None) -> list[WorkloadResult]:
