@@ -19,7 +19,10 @@ there (a full run takes hours on 2 cores). `--uniform-from bench/results/fidelit
 request's recorded best safe uniform plan and judges only the default plans (20 s for all 34 on a
 quiet machine), for trying a change to the capacity model or the solver; it writes fidelity_plans-*.json.
 With it, `--objective` plans every request with another objective (min_cost, max_min_fraction: the promise
-holds for each) and writes fidelity_<objective>-*.json.
+holds for each) and writes fidelity_<objective>-*.json, and `--replan SCALE` judges the nightly job's
+re-plans instead: each request planned, then re-planned against that plan with every class's demand times
+SCALE, churn-limited as `fleetplan replan` does (`--max-moves`, the default penalty); it writes
+fidelity_replan<SCALE>-*.json.
 """
 
 import argparse
@@ -37,9 +40,11 @@ from bench.record import git_info, git_line, machine_info, machine_line, write_r
 from bench.solver_scaling import table
 from fleetplan import fixtures
 from fleetplan.models.codec import read_request, to_builtins
-from fleetplan.models.plan import PlanRequest
+from fleetplan.models.plan import Plan, PlanRequest
+from fleetplan.replan.service import DEFAULT_CHURN_PENALTY
 from fleetplan.simulator import simulate
 from fleetplan.solver import plan
+from fleetplan.solver.formulation import Churn
 from fleetplan.solver.pipeline import resolve_profiles
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -171,10 +176,26 @@ def objective(result) -> float:
     return result.objective_value if result.objective_value is not None else result.slo_rps
 
 
-def evaluate(job: tuple[str, PlanRequest, list[int], float, dict | None]) -> dict:
-    name, request, seeds, duration, uniform = job
+def replanned(request: PlanRequest, replan: tuple[float, int | None]) -> tuple[PlanRequest, Plan]:
+    """The nightly job's re-plan of `request` (`replan` = (demand scale, max_moves)): its plan at default
+    options is the plan in force; every class's demand is scaled and the request planned again against
+    it, churn-limited with the default penalty, as replan.service does. Returns the scaled request and
+    its re-plan."""
+    scale, max_moves = replan
+    first = plan(request, with_baselines=False)
+    workloads = [msgspec.structs.replace(w, rate_rps=round(w.rate_rps * scale, 6)) for w in request.workloads]
+    again = msgspec.structs.replace(request, workloads=workloads)
+    churn = Churn.from_pools(first.pools, request.options.pooling, max_moves, DEFAULT_CHURN_PENALTY)
+    return again, plan(again, with_baselines=False, churn=churn)
+
+
+def evaluate(job: tuple[str, PlanRequest, list[int], float, dict | None, tuple | None]) -> dict:
+    name, request, seeds, duration, uniform, replan = job
     began = time.perf_counter()
-    result = plan(request, with_baselines=False)
+    if replan is None:
+        result = plan(request, with_baselines=False)
+    else:
+        request, result = replanned(request, replan)
     ok, reports = judge(request, result, seeds, duration, stop_early=False)
     simulated = statistics.mean(r.goodput_rps for r in reports) if reports else 0.0
     return {
@@ -291,16 +312,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--resume", action="store_true", help="reuse rows of this commit and settings")
     parser.add_argument("--uniform-from", type=Path, help=UNIFORM_FROM_HELP)
     parser.add_argument("--objective", choices=OBJECTIVES, help=OBJECTIVE_HELP)
+    parser.add_argument("--replan", type=float, metavar="SCALE", help=REPLAN_HELP)
+    parser.add_argument("--max-moves", type=int, default=4, help="with --replan: instances moved at most")
     args = parser.parse_args(argv)
-    if args.objective and not args.uniform_from:
-        parser.error("--objective needs --uniform-from (the uniform search plans max_goodput)")
+    if (args.objective or args.replan) and not args.uniform_from:
+        parser.error(
+            "--objective and --replan need --uniform-from (the uniform search plans the request itself)"
+        )
+    replan = None if args.replan is None else (args.replan, args.max_moves)
     began = time.perf_counter()
     git = git_info()
     run_key = {"commit": git.get("commit"), "seeds": args.seeds, "duration": args.duration}
     done = finished_rows(run_key) if args.resume and not args.uniform_from else {}
     recorded = recorded_uniform(args.uniform_from)
     jobs = [
-        (n, with_objective(r, args.objective), args.seeds, args.duration, recorded.get(n))
+        (n, with_objective(r, args.objective), args.seeds, args.duration, recorded.get(n), replan)
         for n, r in requests(args.generated)
         if (not args.only or n in args.only) and n not in done
     ]
@@ -333,13 +359,11 @@ def main(argv: list[str] | None = None) -> int:
         "requests": rows,
         "table": text,
     }
-    name = (
-        f"fidelity_{args.objective}"
-        if args.objective
-        else "fidelity_plans"
-        if args.uniform_from
-        else "fidelity"
-    )
+    name = "fidelity_plans" if args.uniform_from else "fidelity"
+    if args.objective:
+        name = f"fidelity_{args.objective}"
+    if args.replan is not None:
+        name = f"fidelity_replan{args.replan:g}" + (f"_{args.objective}" if args.objective else "")
     write_results(name, record)
     return 0
 
@@ -356,6 +380,13 @@ OBJECTIVE_HELP = (
     "plan every request with this objective instead of its own (the promise holds for every objective); the "
     "ratio columns still compare with the recorded max-goodput uniform plans, so only the promise columns "
     "and the SLO RPS are that objective's"
+)
+
+
+REPLAN_HELP = (
+    "judge the nightly job's re-plans: each request planned, then re-planned against that plan with every "
+    "class's demand times SCALE (churn-limited: --max-moves, the default penalty); the ratio columns still "
+    "compare with the recorded uniform plans of the unscaled requests, so only the promise columns count"
 )
 
 

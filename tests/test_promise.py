@@ -65,3 +65,23 @@ def test_a_class_riding_one_colocated_pool_alone_keeps_its_promise():
     for seed in (0, 1, 2):
         report = simulate(request, result, table, duration_s=600.0, warmup_s=60.0, seed=seed)
         assert all(c.slo_met for c in report.classes if c.predicted_rps > 0), seed
+
+
+def test_the_fidelity_benchs_replan_is_the_nightly_jobs():
+    """bench/fidelity.py --replan judges re-plans: paper.json planned, its demand times 1.25, planned again
+    against the first plan with at most 4 moves (the churn limit replan() applies). The re-plan moves at
+    most 4 instances, serves at most what a fresh plan of the scaled demand serves, and more than the
+    first plan did (it may add instances); the scaled request is what the simulator is handed."""
+    from bench.fidelity import replanned
+    from fleetplan.replan.diff import diff
+
+    request = read_request(fixtures.request_path("paper"))
+    first = plan(request, with_baselines=False)
+    again, result = replanned(request, (1.25, 4))
+    assert [w.rate_rps for w in again.workloads] == pytest.approx(
+        [1.25 * w.rate_rps for w in request.workloads]
+    )
+    assert diff(first, result).moves <= 4
+    fresh = plan(again, with_baselines=False)
+    assert result.slo_rps <= fresh.slo_rps * (1 + request.options.mip_rel_gap)
+    assert result.slo_rps > first.slo_rps
