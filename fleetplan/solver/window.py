@@ -101,16 +101,16 @@ def window_guard(
 
 def optimize_guarded(request: PlanRequest, cand: Candidates, deadline: Deadline | None = None) -> Outcome:
     """optimize(), and for a plan that must serve all its demand (min_cost under the queueing model, not a
-    churn-limited re-plan), which the guard cannot give flow up on, on tables whose pools' headroom the
-    guard already holds: its classes' requests in one window are their whole demand, so each pool is capped
-    up front at the guard's headroom for every use it offers (`prior_tables`: at least as low as for any
-    plan's subset of them). Where that leaves no plan, the tables as they are. Then, as a backstop, again
-    with each pool capped where the guard would lower it for the plan found (`capped_tables`) until none
-    falls (at most ROUNDS more solves, all within the request's time limit and what `deadline` leaves of
-    it). A capped model without a feasible plan is returned as it is (the fleet cannot serve all its
-    demand within the promise: plan() then falls back to max_goodput); a capped solve stopped without a
-    plan keeps the last plan. The capped tables ride on the outcome (`candidates`); every solve's calls
-    are in its stages."""
+    churn-limited re-plan), which the guard cannot give flow up on, on tables whose pools' headroom the guard
+    already holds: its classes' requests in one window are their whole demand, so each pool is capped up front
+    at the guard's headroom for every use it offers (`prior_tables`: at least as low as for any plan's subset
+    of them). Where that leaves no plan, the tables as they are (with what is left of the time limit, at least
+    MIN_ROUND_S). Then, as a backstop, again with each pool capped where the guard would lower it for the plan
+    found (`capped_tables`) until none falls (at most ROUNDS more solves, all within the request's time limit
+    and what `deadline` leaves of it). A capped model without a feasible plan is returned as it is (the fleet
+    cannot serve all its demand within the promise: plan() then falls back to max_goodput); a capped solve
+    stopped without a plan keeps the last plan. The capped tables ride on the outcome (`candidates`); every
+    solve's calls are in its stages."""
     began = time.perf_counter()
     prior = prior_tables(request, cand)
     outcome = optimize(request, cand if prior is None else prior)
