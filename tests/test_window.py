@@ -428,3 +428,29 @@ def _or_failure(kind, call):
         return call(), None
     except kind as error:
         return None, error
+
+
+def test_a_churn_limited_min_cost_replan_is_planned_on_the_guards_headroom():
+    """A min_cost re-plan must serve all its demand like a first min_cost plan, so since session 24 it is
+    solved on tables capped at the guard's headroom too (window.optimize_guarded), within its move limit.
+    gen-25 (bench/fidelity.py) as min_cost, its demand at 0.8x, max_moves 4: before, 1 window warning at
+    10.88 $/h; now none, at more cost, within 4 moves. gen-09 at 0.8x with max_moves 0: the capped tables
+    need a move, so the plan in force stays, optimal, with its warning (not "infeasible": the move limit,
+    not the promise, is what the capped model cannot meet)."""
+    from bench.fidelity import generated, replanned, with_objective
+    from fleetplan.replan.diff import diff
+
+    request = with_objective(generated(25), "min_cost")
+    first = plan(request, with_baselines=False)
+    _, replan = replanned(request, (0.8, 4))
+    assert replan.status == "optimal"
+    assert not [w for w in replan.warnings if w.startswith("window:")]
+    assert diff(first, replan).moves <= 4
+    assert replan.slo_rps == pytest.approx(replan.demand_rps, rel=1e-6)
+
+    request = with_objective(generated(9), "min_cost")
+    first = plan(request, with_baselines=False)
+    _, kept = replanned(request, (0.8, 0))
+    assert kept.status == "optimal"
+    assert diff(first, kept).moves == 0
+    assert [w for w in kept.warnings if w.startswith("window:")]

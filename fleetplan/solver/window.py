@@ -100,17 +100,18 @@ def window_guard(
 
 
 def optimize_guarded(request: PlanRequest, cand: Candidates, deadline: Deadline | None = None) -> Outcome:
-    """optimize(), and for a plan that must serve all its demand (min_cost under the queueing model, not a
-    churn-limited re-plan), which the guard cannot give flow up on, on tables whose pools' headroom the guard
-    already holds: its classes' requests in one window are their whole demand, so each pool is capped up front
-    at the guard's headroom for every use it offers (`prior_tables`: at least as low as for any plan's subset
-    of them). Where that leaves no plan, the tables as they are (with what is left of the time limit, at least
-    MIN_ROUND_S). Then, as a backstop, again with each pool capped where the guard would lower it for the plan
-    found (`capped_tables`) until none falls (at most ROUNDS more solves, all within the request's time limit
-    and what `deadline` leaves of it). A capped model without a feasible plan is returned as it is (the fleet
-    cannot serve all its demand within the promise: plan() then falls back to max_goodput); a capped solve
-    stopped without a plan keeps the last plan. The capped tables ride on the outcome (`candidates`); every
-    solve's calls are in its stages."""
+    """optimize(), and for a plan that must serve all its demand (min_cost under the queueing model, a
+    churn-limited re-plan too), which the guard cannot give flow up on, on tables whose pools' headroom the
+    guard already holds: its classes' requests in one window are their whole demand, so each pool is capped up
+    front at the guard's headroom for every use it offers (`prior_tables`: at least as low as for any plan's
+    subset of them). Where that leaves no plan, the tables as they are (with what is left of the time limit,
+    at least MIN_ROUND_S). Then, as a backstop, again with each pool capped where the guard would lower it for
+    the plan found (`capped_tables`) until none falls (at most ROUNDS more solves, all within the request's
+    time limit and what `deadline` leaves of it). A capped model without a feasible plan is returned as it is
+    (the fleet cannot serve all its demand within the promise: plan() then falls back to max_goodput), but for
+    a churn-limited re-plan, where the move limit may be what it cannot meet: there, as for a capped solve
+    stopped without a plan, the last plan stays (with its window warnings, `unguarded_warnings`). The capped
+    tables ride on the outcome (`candidates`); every solve's calls are in its stages."""
     began = time.perf_counter()
     prior = prior_tables(request, cand)
     outcome = optimize(request, cand if prior is None else prior)
@@ -124,8 +125,12 @@ def optimize_guarded(request: PlanRequest, cand: Candidates, deadline: Deadline 
         if capped is None or left < MIN_ROUND_S:
             break
         again = optimize(_limited(request, left), capped)
-        if again.values is None and again.termination is not Termination.INFEASIBLE:
-            break
+        replan = cand.churn is not None
+        if again.values is None and (again.termination is not Termination.INFEASIBLE or replan):
+            # stopped without a plan, or a re-plan whose move limit the capped tables break: the last plan
+            # stays (with its window warnings), the round's calls join its stages
+            joined = _joined(outcome, again, began)
+            return dataclasses.replace(outcome, stages=joined.stages, solve_ms=joined.solve_ms)
         outcome = _joined(outcome, again, began)
         if again.values is None:
             break
@@ -157,7 +162,7 @@ def _joined(outcome: Outcome, again: Outcome, began: float) -> Outcome:
 
 
 def prior_tables(request: PlanRequest, cand: Candidates) -> Candidates | None:
-    """For a `min_cost` request under the queueing model (not a churn-limited re-plan): `cand` with each
+    """For a `min_cost` request under the queueing model (a churn-limited re-plan too): `cand` with each
     prefill and decode pool's headroom at most the guard's for every use it offers, each class's requests
     in one window its whole demand (`headroom.pooled_rho` at one instance), the pools left below
     capacity.RHO_MIN dropped; None where no pool falls."""
@@ -177,9 +182,9 @@ def prior_tables(request: PlanRequest, cand: Candidates) -> Candidates | None:
 
 def _serves_all(request: PlanRequest, cand: Candidates) -> bool:
     """Whether the guard's headroom goes back into the MILP: a min_cost plan under the queueing model,
-    not a churn-limited re-plan."""
+    churn-limited re-plans among them."""
     options = request.options
-    return options.objective == "min_cost" and options.capacity_model == "queueing" and cand.churn is None
+    return options.objective == "min_cost" and options.capacity_model == "queueing"
 
 
 def _with_headroom(cand: Candidates, rho: np.ndarray) -> Candidates:
@@ -189,7 +194,7 @@ def _with_headroom(cand: Candidates, rho: np.ndarray) -> Candidates:
 
 
 def capped_tables(request: PlanRequest, cand: Candidates, outcome: Outcome) -> Candidates | None:
-    """For a `min_cost` plan under the queueing model (not a churn-limited re-plan): `cand` with each
+    """For a `min_cost` plan under the queueing model (a churn-limited re-plan too): `cand` with each
     pool's headroom at most what the guard gives it for this plan (its classes' requests in one window
     are their whole demand), the pools left below capacity.RHO_MIN dropped; None where no pool falls."""
     if not _serves_all(request, cand) or outcome.values is None:
@@ -318,10 +323,10 @@ def _unlocked(form: MatrixForm) -> MatrixForm:
 
 def unguarded_warnings(request: PlanRequest, cand: Candidates, outcome: Outcome | None) -> list[str]:
     """Where the guard does not apply (a `min_cost` plan under the queueing model whose rounds of
-    `optimize_guarded` ran out first, or a churn-limited `min_cost` re-plan, whose instances the churn
-    rows hold), one warning per pool that runs above the
-    headroom the guard would give it: the plan keeps the MILP's, and one judged window may break the
-    classes that pool carries more than WINDOW_DELTA of the time."""
+    `optimize_guarded` ran out first, or a churn-limited `min_cost` re-plan whose move limit the capped tables
+    would break), one warning per pool that runs above the headroom the guard would give it: the plan keeps
+    the MILP's, and one judged window may break the classes that pool carries more than WINDOW_DELTA of the
+    time."""
     if outcome is None or outcome.values is None or request.options.capacity_model != "queueing":
         return []
     if guard_applies(request, cand):
@@ -358,6 +363,6 @@ def _window_warning(
     return (
         f"window: the {where} runs at {running:.3f} of its full-batch rate; {above}, one 600 s window may "
         f"break {carried} more than {scatter.WINDOW_DELTA:.0%} of the time (the window guard did not apply: "
-        "a min_cost plan's re-solves stop after four rounds or at the time limit, and skip churn-limited "
-        "re-plans)"
+        "a min_cost plan's re-solves stop after four rounds, at the time limit, or where a re-plan's "
+        "max_moves leaves no plan on the guard's headroom)"
     )
