@@ -42,3 +42,12 @@ class Deadline:
     def solver_time_limit(self, requested: float) -> float:
         """The time limit to give the optimizer now: never above `requested`, never past the deadline."""
         return max(min(requested, SOLVE_SHARE * self.remaining()), 0.01)
+
+
+def seconds_left(time_limit_s: float, began: float, deadline: Deadline | None) -> float:
+    """What is left of `time_limit_s` counted from `began` (a time.perf_counter() value), and no more than
+    `deadline` gives the solver now: negative once the work since `began` has run past the limit."""
+    left = time_limit_s - (time.perf_counter() - began)
+    if deadline is not None:
+        left = min(left, deadline.solver_time_limit(left))
+    return left

@@ -18,12 +18,12 @@ from fleetplan.profiler.tables import ProfileTable, from_rows
 from fleetplan.solver import baselines, explain, extract
 from fleetplan.solver.backends import Termination, relative_gap
 from fleetplan.solver.candidates import build_candidates, check_profiles_cover
-from fleetplan.solver.deadline import Deadline
+from fleetplan.solver.deadline import Deadline, seconds_left
 from fleetplan.solver.formulation import Churn, pool_cost, pool_keys, previous_by_key
 from fleetplan.solver.memo import per_table
-from fleetplan.solver.optimize import Outcome, optimize
+from fleetplan.solver.optimize import Outcome
 from fleetplan.solver.verify import verify
-from fleetplan.solver.window import optimize_guarded, settle, unguarded_warnings
+from fleetplan.solver.window import optimize_or_fall_back, settle, unguarded_warnings
 
 _STATUS = {
     Termination.OPTIMAL: "optimal",
@@ -120,9 +120,7 @@ def plan(
 
     base = None
     if with_baselines:
-        remaining = request.options.time_limit_s - (time.perf_counter() - began)
-        if deadline is not None:
-            remaining = min(remaining, deadline.solver_time_limit(remaining))
+        remaining = seconds_left(request.options.time_limit_s, began, deadline)
         base = Baselines(gpu_only=baselines.gpu_only(cand, remaining), greedy=baselines.greedy(cand))
     info = _solver_info(request, outcome)
     bound, gap = _bound_and_gap(outcome, request)
@@ -184,12 +182,9 @@ def _solve(request: PlanRequest, cand, deadline: Deadline | None = None) -> tupl
     gets the max-goodput plan, reported as infeasible, so the user sees what the fleet can do instead."""
     if cand.uses.empty:
         return None, "no_candidates"
-    outcome = optimize_guarded(request, cand, deadline)
-    if outcome.termination is Termination.INFEASIBLE and request.options.objective == "min_cost":
-        as_goodput = msgspec.structs.replace(
-            request, options=msgspec.structs.replace(request.options, objective="max_goodput")
-        )
-        return optimize(as_goodput, dataclasses.replace(cand, request=as_goodput)), "infeasible"
+    outcome, fell_back = optimize_or_fall_back(request, cand, deadline)
+    if fell_back:
+        return outcome, "infeasible"
     if outcome.values is None:
         msg = (
             f"solver {request.options.solver} found no plan ({outcome.termination}) within "

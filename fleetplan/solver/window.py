@@ -38,7 +38,7 @@ from fleetplan.models.plan import PlanRequest
 from fleetplan.solver import capacity, scatter
 from fleetplan.solver.backends import Sense, SolveResult, Termination
 from fleetplan.solver.candidates import Candidates, keep_pools
-from fleetplan.solver.deadline import Deadline
+from fleetplan.solver.deadline import Deadline, seconds_left
 from fleetplan.solver.extract import capacity_used, served_by_class
 from fleetplan.solver.formulation import MatrixForm, use_demand
 from fleetplan.solver.headroom import pool_queues, pooled_rho
@@ -117,15 +117,15 @@ def optimize_guarded(request: PlanRequest, cand: Candidates, deadline: Deadline 
     outcome = optimize(request, cand if prior is None else prior)
     if prior is not None and outcome.termination is Termination.INFEASIBLE:
         # the plan must come from the uncapped tables now: at least MIN_ROUND_S, even past the limit
-        left = max(_seconds_left(request, began, deadline), MIN_ROUND_S)
+        left = max(seconds_left(request.options.time_limit_s, began, deadline), MIN_ROUND_S)
         outcome = _joined(outcome, optimize(_limited(request, left), cand), began)
+    replan = cand.churn is not None
     for _ in range(ROUNDS):
         capped = capped_tables(request, outcome.candidates, outcome)
-        left = _seconds_left(request, began, deadline)
+        left = seconds_left(request.options.time_limit_s, began, deadline)
         if capped is None or left < MIN_ROUND_S:
             break
         again = optimize(_limited(request, left), capped)
-        replan = cand.churn is not None
         if again.values is None and (again.termination is not Termination.INFEASIBLE or replan):
             # stopped without a plan, or a re-plan whose move limit the capped tables break: the last plan
             # stays (with its window warnings), the round's calls join its stages
@@ -137,13 +137,18 @@ def optimize_guarded(request: PlanRequest, cand: Candidates, deadline: Deadline 
     return outcome
 
 
-def _seconds_left(request: PlanRequest, began: float, deadline: Deadline | None) -> float:
-    """What is left of the request's time limit since `began` (and of `deadline`), in seconds: negative
-    once a solve has run past it (optimize() may overrun its limit by its steps outside the solver)."""
-    left = request.options.time_limit_s - (time.perf_counter() - began)
-    if deadline is not None:
-        left = min(left, deadline.solver_time_limit(left))
-    return left
+def optimize_or_fall_back(
+    request: PlanRequest, cand: Candidates, deadline: Deadline | None = None
+) -> tuple[Outcome, bool]:
+    """optimize_guarded(), and for a min_cost request the fleet cannot serve (within the promise) the
+    max-goodput plan instead, so the user sees what the fleet can do: (outcome, whether it fell back).
+    plan() and the what-if points both solve through here."""
+    outcome = optimize_guarded(request, cand, deadline)
+    if outcome.termination is not Termination.INFEASIBLE or request.options.objective != "min_cost":
+        return outcome, False
+    options = msgspec.structs.replace(request.options, objective="max_goodput")
+    as_goodput = msgspec.structs.replace(request, options=options)
+    return optimize(as_goodput, dataclasses.replace(cand, request=as_goodput)), True
 
 
 def _limited(request: PlanRequest, seconds: float) -> PlanRequest:

@@ -39,8 +39,8 @@ from fleetplan.solver import baselines, extract
 from fleetplan.solver.backends import Termination, relative_gap
 from fleetplan.solver.candidates import Candidates, build_candidates, check_profiles_cover, device_table
 from fleetplan.solver.formulation import pool_cost, spends_all, with_matrix_memo
-from fleetplan.solver.optimize import Outcome, optimize, optimize_above
-from fleetplan.solver.window import optimize_guarded, settle
+from fleetplan.solver.optimize import Outcome, optimize_above
+from fleetplan.solver.window import optimize_or_fall_back, settle
 from fleetplan.whatif.grid import one_more, shares_candidates, variant, widened
 
 _STATUS = {
@@ -331,13 +331,8 @@ def solve_request(request: PlanRequest, cand: Candidates) -> Solved:
     demand = float(cand.classes["rate_rps"].sum())
     if cand.uses.empty:
         return Solved("no_candidates", 0.0, demand, 0.0, 0.0, _zeros(request), [], None, 0.0)
-    outcome = optimize_guarded(request, cand)
-    status = _STATUS.get(outcome.termination)
-    if outcome.termination is Termination.INFEASIBLE and request.options.objective == "min_cost":
-        options = msgspec.structs.replace(request.options, objective="max_goodput")
-        as_goodput = msgspec.structs.replace(request, options=options)
-        outcome = optimize(as_goodput, dataclasses.replace(cand, request=as_goodput))
-        status = "infeasible"
+    outcome, fell_back = optimize_or_fall_back(request, cand)
+    status = "infeasible" if fell_back else _STATUS.get(outcome.termination)
     if outcome.values is None or status is None:
         msg = (
             f"solver {request.options.solver} found no plan ({outcome.termination}) within "
