@@ -29,7 +29,7 @@ from strategies import tiny_requests
 
 from fleetplan import solver
 from fleetplan.models import PlanRequest
-from fleetplan.models.errors import InputError
+from fleetplan.models.errors import InputError, SolverFailure
 from fleetplan.models.plan import SolverName
 from fleetplan.solver.backends import Sense, Termination, get_backend
 from fleetplan.solver.backends.base import _BACKENDS
@@ -500,3 +500,18 @@ def test_ortools_worker_import_failure_names_the_extra(monkeypatch):
     with pytest.raises(InputError, match=r"pip install 'fleetplan\[ortools\]'") as caught:
         module.BACKEND.solve(form, c, Sense.MAX, time_limit_s=5, mip_rel_gap=0.0)
     assert caught.value.field == "options.solver"
+
+
+def test_a_non_finite_coefficient_is_a_solver_failure_not_a_crash():
+    """A rate of inf once reached HiGHS through a re-plan's forecast and the worker died of SIGSEGV."""
+    form = MatrixForm(
+        A=sp.csr_matrix(np.array([[1.0, np.inf]])),
+        row_lo=np.array([-np.inf]),
+        row_hi=np.array([1.0]),
+        col_lo=np.zeros(2),
+        col_hi=np.full(2, 10.0),
+        integer=np.array([True, False]),
+        row_blocks=[("capacity", 0, 1)],
+    )
+    with pytest.raises(SolverFailure, match="non-finite coefficient"):
+        get_backend("highs").solve(form, np.ones(2), Sense.MAX, time_limit_s=1.0, mip_rel_gap=1e-4)

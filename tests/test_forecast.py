@@ -1,6 +1,7 @@
 """Forecasts on synthetic series with known answers, and the three traffic readers on generated files."""
 
 import json
+import re
 
 import numpy as np
 import pandas as pd
@@ -10,7 +11,7 @@ from store_helpers import tiny_request
 from fleetplan.models.codec import convert
 from fleetplan.models.errors import InputError
 from fleetplan.models.plan import PlanRequest
-from fleetplan.models.store import ForecastSpec, TrafficSpec
+from fleetplan.models.store import ForecastSpec, ReplanRequest, TrafficSpec
 from fleetplan.replan.forecast import (
     ewma,
     forecast_classes,
@@ -18,6 +19,7 @@ from fleetplan.replan.forecast import (
     planned_rate,
     season_steps,
 )
+from fleetplan.replan.service import replan_request
 from fleetplan.replan.traffic import Rates, read_rates
 
 HOUR = 3600.0
@@ -170,3 +172,95 @@ def test_a_missing_or_malformed_traffic_file_is_named(tmp_path):
     bad.write_text("a,b\n1,2\n")
     with pytest.raises(InputError, match="TIMESTAMP"):
         read_rates(_two_class_request(), TrafficSpec(source="azure_csv", path=str(bad)))
+
+
+def _rates_csv(path, rows: list[tuple]) -> TrafficSpec:
+    pd.DataFrame(rows, columns=["time", "class", "rps"]).to_csv(path, index=False)
+    return TrafficSpec(source="rates_csv", path=str(path), interval_s=HOUR)
+
+
+@pytest.mark.parametrize(
+    ("rows", "says"),
+    [
+        ([(0, "short", 1.0), (60, "short", -5.0)], "line 3: rps '-5.0' is not a finite number >= 0"),
+        ([(0, "short", 1.0), (60, "long", float("nan"))], "line 3: rps 'nan'"),
+        ([(0, "short", float("inf"))], "line 2: rps 'inf'"),
+        ([(0, "short", "abc")], "line 2: rps 'abc'"),
+        ([("2026-11-20T00:00", "short", 1.0), ("yesterday", "short", 1.0)], "line 3: time 'yesterday'"),
+    ],
+)
+def test_a_rates_csv_value_that_is_no_rate_is_refused_by_its_line(tmp_path, rows, says):
+    """Read as 0 before: a negative or NaN rate became a class without traffic, and the re-plan promoted
+    an empty plan; inf reached the solver; a string raised a TypeError (HTTP 500)."""
+    with pytest.raises(InputError, match=re.escape(says)) as caught:
+        read_rates(_two_class_request(), _rates_csv(tmp_path / "rates.csv", rows))
+    assert caught.value.field == "traffic.path"
+
+
+def test_traffic_that_maps_to_no_class_is_refused_not_planned_as_zero(tmp_path):
+    spec = _rates_csv(tmp_path / "rates.csv", [(0, "Short", 5.0), (3600, "Short", 5.0)])
+    with pytest.raises(InputError, match=r"none of its 2 row\(s\) maps to a class .*\['short', 'long'\]"):
+        read_rates(_two_class_request(), spec)
+    rows = _rows([(3, 1), (3, 1)], 60.0)
+    path = tmp_path / "azure.csv"
+    pd.DataFrame(
+        {
+            "TIMESTAMP": rows["t"],
+            "ContextTokens": rows["prompt"],
+            "GeneratedTokens": rows["output"],
+            "model": "Llama-3.2-1B",
+        }
+    ).to_csv(path, index=False)
+    spec = TrafficSpec(source="azure_csv", path=str(path), interval_s=60.0)
+    with pytest.raises(InputError, match=r"maps to a class of the fleet \(its models: \['llama-3.2-1b'\]\)"):
+        read_rates(_two_class_request(), spec)
+
+
+def test_a_class_the_traffic_says_nothing_about_keeps_the_fleets_rate(tmp_path):
+    spec = _rates_csv(tmp_path / "rates.csv", [(0, "short", 4.0), (1800, "short", 6.0)])
+    rates = read_rates(_two_class_request(), spec)
+    assert rates.unobserved == ["long"]
+    request, report = replan_request(
+        _two_class_request(), ReplanRequest(traffic=spec, forecast=ForecastSpec(method="constant"))
+    )
+    assert [w.rate_rps for w in request.workloads] == pytest.approx([5.0, 1.0])  # long: the fleet's 1.0
+    assert report.classes[1].history_rps == []
+    assert any("'long': the traffic file has no observation of it" in note for note in report.notes)
+
+
+def test_a_trace_shorter_than_one_bin_is_refused(tmp_path):
+    """One partial bin counted 10 minutes of requests as an hour's: a sixth of the rate."""
+    rows = _rows([(30, 6)], 60.0)
+    path = tmp_path / "azure.csv"
+    frame = {"TIMESTAMP": rows["t"], "ContextTokens": rows["prompt"], "GeneratedTokens": rows["output"]}
+    pd.DataFrame(frame).to_csv(path, index=False)
+    with pytest.raises(InputError, match=r"the trace spans 58 s, less than one interval_s=3600 s") as caught:
+        read_rates(_two_class_request(), TrafficSpec(source="azure_csv", path=str(path), interval_s=HOUR))
+    assert caught.value.field == "traffic.interval_s"
+
+
+@pytest.mark.parametrize(
+    ("lines", "says"),
+    [
+        (
+            ['{"timestamp": 0, "input_length": 100, "output_length": 10}', "7"],
+            "line 2: expected a JSON object",
+        ),
+        (["{timestamp: 0}"], "line 1: Expecting property name"),
+        (['{"timestamp": 0, "input_length": 1e300, "output_length": 10}'], "line 2: input_length '1e+300'"),
+        (['{"timestamp": "x", "input_length": 1, "output_length": 10}'], "line 2: timestamp 'x'"),
+    ],
+)
+def test_a_malformed_mooncake_line_is_named(tmp_path, lines, says):
+    path = tmp_path / "trace.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    with pytest.raises(InputError, match=re.escape(says)):
+        read_rates(_two_class_request(), TrafficSpec(source="mooncake_jsonl", path=str(path)))
+
+
+def test_a_forecast_beyond_any_rate_is_refused_before_the_solver():
+    """1e300 rps planned reached HiGHS (inf: a segmentation fault) through structs.replace."""
+    frame = pd.DataFrame({"chat": [2.0, 1e300]})
+    with pytest.raises(InputError, match="'chat': the traffic forecasts 1e\\+300 rps") as caught:
+        forecast_classes(tiny_request(), Rates(frame, HOUR, 2, 0), ForecastSpec(method="constant"))
+    assert caught.value.field == "traffic.path"

@@ -20,6 +20,7 @@ class Base(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, frozen=True
 
 # Upper bounds are generous sanity limits; they also reject the infinities JSON cannot carry anyway.
 _HUGE = 1e12
+RPS_LIMIT = _HUGE  # rates at or above it are refused (Rps)
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:/+-]*$"
 Name = Annotated[str, msgspec.Meta(min_length=1, max_length=128, pattern=NAME_PATTERN)]

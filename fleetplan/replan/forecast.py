@@ -15,10 +15,11 @@ about the second-busiest hour; 1.0: for the peak).
 
 import numpy as np
 
+from fleetplan.models.base import RPS_LIMIT
 from fleetplan.models.errors import InputError
 from fleetplan.models.plan import PlanRequest
 from fleetplan.models.store import ClassForecast, ForecastReport, ForecastSpec
-from fleetplan.replan.traffic import Rates
+from fleetplan.replan.traffic import FIELD, Rates
 
 DAY_S = 86400.0
 WEEK_S = 7 * DAY_S
@@ -111,11 +112,35 @@ def planned_rate(path: np.ndarray, quantile: float) -> float:
     return max(float(np.quantile(path, quantile)), 0.0)
 
 
+def checked_rate(name: str, rate: float) -> float:
+    """`rate` rounded to 1e-6 rps, or InputError when it is no rate a request may carry (NaN, infinite, or
+    beyond the models' bound): what the file held, not the solver, is at fault."""
+    if not np.isfinite(rate) or rate >= RPS_LIMIT:
+        msg = f"class {name!r}: the traffic forecasts {rate:g} rps, not a rate a plan can be made for"
+        raise InputError(msg, field=FIELD)
+    return round(rate, 6)
+
+
 def forecast_classes(request: PlanRequest, rates: Rates, spec: ForecastSpec) -> ForecastReport:
-    """Per class: history, forecast path and planned rate; the report the RUN carries."""
+    """Per class: history, forecast path and planned rate; the report the RUN carries. A class the traffic
+    has no observation of (`Rates.unobserved`) is planned at the fleet's own rate, with a note: a missing
+    series is not a class without traffic. Raises InputError (naming `traffic.path`) for a planned rate
+    that is not a finite number of requests/s."""
     steps = max(1, round(spec.horizon_h * 3600.0 / rates.interval_s))
     classes, notes = [], []
     for workload in request.workloads:
+        if workload.name in rates.unobserved:
+            notes.append(
+                f"class {workload.name!r}: the traffic file has no observation of it; planned at the "
+                f"fleet's rate, {workload.rate_rps:g} rps"
+            )
+            rate = workload.rate_rps
+            classes.append(
+                ClassForecast(
+                    name=workload.name, history_rps=[], forecast_rps=[], planned_rps=rate, previous_rps=rate
+                )
+            )
+            continue
         history = rates.frame[workload.name].to_numpy(float)
         path, note = forecast_path(history, steps, spec, rates.interval_s)
         if note and note not in notes:
@@ -125,7 +150,7 @@ def forecast_classes(request: PlanRequest, rates: Rates, spec: ForecastSpec) -> 
                 name=workload.name,
                 history_rps=[round(v, 6) for v in history.tolist()],
                 forecast_rps=[round(v, 6) for v in np.maximum(path, 0.0).tolist()],
-                planned_rps=round(planned_rate(path, spec.quantile), 6),
+                planned_rps=checked_rate(workload.name, planned_rate(path, spec.quantile)),
                 previous_rps=workload.rate_rps,
             )
         )
@@ -143,6 +168,7 @@ def forecast_classes(request: PlanRequest, rates: Rates, spec: ForecastSpec) -> 
 
 __all__ = [
     "ETS_MISSING",
+    "checked_rate",
     "constant",
     "ets",
     "ets_available",

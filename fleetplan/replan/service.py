@@ -14,6 +14,7 @@ from datetime import UTC, datetime
 
 import msgspec
 
+from fleetplan.models.codec import convert, to_builtins
 from fleetplan.models.errors import InputError, PlannerError, PlanVerificationError, SolverFailure
 from fleetplan.models.plan import Plan, PlanRequest
 from fleetplan.models.profile import ProfilesSpec
@@ -153,7 +154,9 @@ def replan_request(
     report = forecast_classes(request, rates, order.forecast or ForecastSpec())
     planned = {c.name: c.planned_rps for c in report.classes}
     workloads = [msgspec.structs.replace(w, rate_rps=planned[w.name]) for w in request.workloads]
-    return msgspec.structs.replace(request, workloads=workloads), report
+    # structs.replace skips the models' constraints: the request is checked again as if decoded, so that
+    # what a traffic file put in it meets them before any solver sees it
+    return convert(to_builtins(msgspec.structs.replace(request, workloads=workloads)), PlanRequest), report
 
 
 def _churn(current: PlanRecord | None, request: PlanRequest, order: ReplanRequest) -> Churn | None:

@@ -11,6 +11,12 @@ Three formats:
 Request rows go to the nearest class of their model (simulator.arrivals.map_trace_to_classes, the one
 class mapping: log prompt and output lengths). Bins are counted back from the newest row, so every bin is
 complete but possibly the oldest, which is dropped when there are others.
+
+What a file cannot say is refused or named, never read as "no traffic" (docs/store.md, "Traffic"): a
+value that is not a finite number (a rate below 0, a time that does not parse), a file none of whose rows
+maps to a class, and a request trace shorter than one bin are InputErrors; a class the file has no
+observation of (no row of its name in a rates CSV, no row of its model in a trace with a `model` column)
+is listed in `Rates.unobserved`, and the forecast plans it at the fleet's own rate.
 """
 
 import json
@@ -22,20 +28,29 @@ import pandas as pd
 from fleetplan.models.errors import InputError
 from fleetplan.models.plan import PlanRequest
 from fleetplan.models.store import TrafficSpec
-from fleetplan.simulator.arrivals import load_trace, map_trace_to_classes
+from fleetplan.simulator.arrivals import finite_column, load_trace, map_trace_to_classes, tokens
 
 FIELD = "traffic.path"
 
 
 class Rates:
     """Per-class rates (requests/s) per bin, oldest bin first: `frame` has one column per class, in the
-    request's order; `rows` counted and `unmapped` rows no class could take."""
+    request's order; `rows` counted and `unmapped` rows no class could take; `unobserved`: the classes the
+    file says nothing about (their column is 0, which is not an observation)."""
 
-    def __init__(self, frame: pd.DataFrame, interval_s: float, rows: int, unmapped: int) -> None:
+    def __init__(
+        self,
+        frame: pd.DataFrame,
+        interval_s: float,
+        rows: int,
+        unmapped: int,
+        unobserved: list[str] | None = None,
+    ) -> None:
         self.frame = frame
         self.interval_s = interval_s
         self.rows = rows
         self.unmapped = unmapped
+        self.unobserved = unobserved or []
 
 
 def read_rates(request: PlanRequest, spec: TrafficSpec) -> Rates:
@@ -45,27 +60,60 @@ def read_rates(request: PlanRequest, spec: TrafficSpec) -> Rates:
         raise InputError(f"no such traffic file {spec.path!r}", field=FIELD)
     try:
         if spec.source == "rates_csv":
-            return _rates_from_series(request, pd.read_csv(path), spec.interval_s)
-        rows = load_trace(path) if spec.source == "azure_csv" else read_mooncake(path)
-    except (ValueError, KeyError, OSError) as error:
+            rates = _rates_from_series(request, pd.read_csv(path), spec.interval_s)
+        else:
+            rows = load_trace(path) if spec.source == "azure_csv" else read_mooncake(path)
+            rates = _rates_from_requests(request, rows, spec.interval_s)
+    except InputError:
+        raise
+    # a file's content reaches pandas and numpy before it is known to be numbers: whatever they raise on
+    # it is the file's error, named as such (never a 500 or a traceback)
+    except (ValueError, KeyError, OSError, TypeError, IndexError, OverflowError) as error:
         raise InputError(f"{spec.source} file {spec.path!r}: {error}", field=FIELD) from error
-    return _rates_from_requests(request, rows, spec.interval_s)
+    if rates.rows == rates.unmapped or len(rates.unobserved) == len(request.workloads):
+        raise InputError(_nothing_maps(request, spec, rates), field=FIELD)
+    return rates
+
+
+def _nothing_maps(request: PlanRequest, spec: TrafficSpec, rates: Rates) -> str:
+    what = "class names" if spec.source == "rates_csv" else "models"
+    mine = [w.name for w in request.workloads] if spec.source == "rates_csv" else _models(request)
+    return (
+        f"{spec.source} file {spec.path!r}: none of its {rates.rows} row(s) maps to a class of the fleet "
+        f"(its {what}: {mine}); refusing to plan the fleet as if it had no traffic"
+    )
+
+
+def _models(request: PlanRequest) -> list[str]:
+    return sorted({w.model for w in request.workloads})
 
 
 def read_mooncake(path: Path) -> pd.DataFrame:
     """A Mooncake-style JSONL trace as the columns load_trace gives: t_s, prompt_tokens, output_tokens."""
-    records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    records = []
+    for number, line in enumerate(path.read_text().splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as error:
+            msg = f"line {number}: {error.msg} (column {error.colno})"
+            raise ValueError(msg) from error
+        if not isinstance(record, dict):
+            msg = f"line {number}: expected a JSON object, got {type(record).__name__}"
+            raise ValueError(msg)
+        records.append(record)
     frame = pd.DataFrame.from_records(records)
     missing = [c for c in ("timestamp", "input_length", "output_length") if c not in frame.columns]
     if missing:
         msg = f"missing key(s) {missing}; expected timestamp, input_length, output_length"
         raise ValueError(msg)
-    seconds = frame["timestamp"].to_numpy(float) / 1000.0
+    seconds = finite_column(frame["timestamp"], "timestamp") / 1000.0
     out = pd.DataFrame(
         {
             "t_s": seconds - seconds.min(),
-            "prompt_tokens": frame["input_length"].to_numpy(np.int64).clip(1),
-            "output_tokens": frame["output_length"].to_numpy(np.int64).clip(1),
+            "prompt_tokens": tokens(frame["input_length"], "input_length"),
+            "output_tokens": tokens(frame["output_length"], "output_length"),
         }
     )
     if "model" in frame.columns:
@@ -91,15 +139,28 @@ def _bins_from_end(
 def _rates_from_requests(request: PlanRequest, rows: pd.DataFrame, interval_s: float) -> Rates:
     if rows.empty:
         raise InputError("the traffic file has no rows", field=FIELD)
+    seconds = rows["t_s"].to_numpy(float)
+    span = float(seconds.max() - seconds.min())
+    if span < interval_s:
+        msg = (
+            f"the trace spans {span:g} s, less than one interval_s={interval_s:g} s bin: counted in it, its "
+            "rate would be understated; give a longer trace or a shorter interval_s"
+        )
+        raise InputError(msg, field="traffic.interval_s")
     classes = map_trace_to_classes(request, rows)
-    bins, n_bins = _bins_from_end(rows["t_s"].to_numpy(float), interval_s)
+    bins, n_bins = _bins_from_end(seconds, interval_s)
     counted = (bins >= 0) & (classes >= 0)
     n_classes = len(request.workloads)
     counts = np.zeros((n_bins, n_classes))
     np.add.at(counts, (bins[counted], classes[counted]), 1.0)
     names = [w.name for w in request.workloads]
     frame = pd.DataFrame(counts / interval_s, columns=names)
-    return Rates(frame, interval_s, int((bins >= 0).sum()), int(((bins >= 0) & (classes < 0)).sum()))
+    unobserved = []
+    if "model" in rows.columns:  # without it every row may go to every class: each class is observed
+        seen = set(rows["model"])
+        unobserved = [w.name for w in request.workloads if w.model not in seen]
+    counted_rows = int((bins >= 0).sum())
+    return Rates(frame, interval_s, counted_rows, int(((bins >= 0) & (classes < 0)).sum()), unobserved)
 
 
 def _rates_from_series(request: PlanRequest, series: pd.DataFrame, interval_s: float) -> Rates:
@@ -111,20 +172,29 @@ def _rates_from_series(request: PlanRequest, series: pd.DataFrame, interval_s: f
         raise InputError("the traffic file has no rows", field=FIELD)
     names = [w.name for w in request.workloads]
     unknown = sorted(set(series["class"].astype(str)) - set(names))
-    stamps = series["time"]
-    if pd.api.types.is_numeric_dtype(stamps):
-        seconds = stamps.to_numpy(float)
-    else:
-        parsed = pd.to_datetime(stamps, format="mixed", utc=True)
-        seconds = (parsed - parsed.min()).dt.total_seconds().to_numpy(float)
+    rps = finite_column(series["rps"], "rps", nonnegative=True)
+    seconds = _seconds(series["time"])
     bins, n_bins = _bins_from_end(seconds, interval_s, drop_partial=False)
-    frame = pd.DataFrame({"bin": bins, "class": series["class"].astype(str), "rps": series["rps"]})
+    frame = pd.DataFrame({"bin": bins, "class": series["class"].astype(str), "rps": rps})
     frame = frame[(frame["bin"] >= 0) & frame["class"].isin(names)]
     # a bin's rate is the mean of the samples in it; a class with no sample in a bin had no traffic
     table = frame.pivot_table(index="bin", columns="class", values="rps", aggfunc="mean")
     table = table.reindex(index=range(n_bins), columns=names).fillna(0.0)
     unmapped = int(series["class"].astype(str).isin(unknown).sum())
-    return Rates(table.reset_index(drop=True), interval_s, len(series), unmapped)
+    unobserved = [name for name in names if name not in set(frame["class"])]
+    return Rates(table.reset_index(drop=True), interval_s, len(series), unmapped, unobserved)
+
+
+def _seconds(stamps: pd.Series) -> np.ndarray:
+    """A rates CSV's `time` column in seconds: numbers as they are, else ISO 8601 times from the first."""
+    if pd.api.types.is_numeric_dtype(stamps):
+        return finite_column(stamps, "time")
+    parsed = pd.to_datetime(stamps, format="mixed", utc=True, errors="coerce")
+    if parsed.isna().any():
+        row = int(np.argmax(parsed.isna().to_numpy()))
+        msg = f"line {row + 2}: time {stamps.iloc[row]!r} is neither seconds nor an ISO 8601 time"
+        raise ValueError(msg)
+    return (parsed - parsed.min()).dt.total_seconds().to_numpy(float)
 
 
 __all__ = ["Rates", "read_mooncake", "read_rates"]

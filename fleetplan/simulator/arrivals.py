@@ -23,6 +23,32 @@ class Arrivals:
     demand_rows: np.ndarray | None = None
 
 
+TOKEN_LIMIT = 10_000_000  # the most tokens a workload's prompt or output may have (models.base.Tokens)
+
+
+def finite_column(
+    values: pd.Series, name: str, *, nonnegative: bool = False, at_most: float = np.inf
+) -> np.ndarray:
+    """`values` as floats, or a ValueError naming the first row (its line in the file, the header being
+    line 1) that is not a finite number (or is negative, with `nonnegative`; or is above `at_most`)."""
+    numbers = pd.to_numeric(values, errors="coerce").to_numpy(float)
+    bad = ~np.isfinite(numbers) | ((numbers < 0) if nonnegative else False) | (numbers > at_most)
+    if bad.any():
+        row = int(np.argmax(bad))
+        kind = "a finite number >= 0" if nonnegative else "a finite number"
+        kind += f" at most {at_most:.12g}" if np.isfinite(at_most) else ""
+        msg = f"line {row + 2}: {name} {str(values.iloc[row])!r} is not {kind}"
+        raise ValueError(msg)
+    return numbers
+
+
+def tokens(values: pd.Series, name: str) -> np.ndarray:
+    """A token-count column as integers of at least 1 (a 0 is taken as 1), or a ValueError naming the
+    first row that is no number from 0 to the models' token limit."""
+    counts = finite_column(values, name, nonnegative=True, at_most=TOKEN_LIMIT)
+    return np.maximum(counts, 1.0).astype(np.int64)
+
+
 def load_trace(source) -> pd.DataFrame:
     """An Azure LLM inference trace (CSV with TIMESTAMP, ContextTokens, GeneratedTokens) as columns
     t_s (seconds from the first row), prompt_tokens, output_tokens, sorted by time. `source` is a path or
@@ -35,16 +61,20 @@ def load_trace(source) -> pd.DataFrame:
         raise ValueError(msg)
     stamps = frame["TIMESTAMP"]
     if pd.api.types.is_numeric_dtype(stamps):
-        seconds = stamps.to_numpy(float)
+        seconds = finite_column(stamps, "TIMESTAMP")
     else:
         parsed = pd.to_datetime(stamps, format="mixed")
         seconds = (parsed - parsed.min()).dt.total_seconds().to_numpy(float)
+    if len(seconds) and not np.isfinite(seconds).all():
+        row = int(np.argmax(~np.isfinite(seconds)))
+        msg = f"line {row + 2}: TIMESTAMP {str(stamps.iloc[row])!r} is neither a time nor a finite number"
+        raise ValueError(msg)
     seconds = seconds - seconds.min()
     out = pd.DataFrame(
         {
             "t_s": seconds,
-            "prompt_tokens": frame["ContextTokens"].to_numpy(np.int64).clip(1),
-            "output_tokens": frame["GeneratedTokens"].to_numpy(np.int64).clip(1),
+            "prompt_tokens": tokens(frame["ContextTokens"], "ContextTokens"),
+            "output_tokens": tokens(frame["GeneratedTokens"], "GeneratedTokens"),
         }
     )
     if "model" in frame.columns:

@@ -6,6 +6,7 @@ from collections.abc import Mapping
 import highspy
 import numpy as np
 
+from fleetplan.models.errors import SolverFailure
 from fleetplan.solver.backends.base import Sense, SolveResult, Termination
 from fleetplan.solver.formulation import MatrixForm
 
@@ -24,6 +25,11 @@ CONDITION_MAP = {
 
 def _lp(form: MatrixForm, objective: np.ndarray, sense: Sense, relax: bool) -> highspy.HighsLp:
     csc = form.A.tocsc()
+    if not (np.isfinite(csc.data).all() and np.isfinite(objective).all()):
+        # HiGHS 1.15 crashes the process (SIGSEGV) on some of these: a rate of inf once reached it
+        raise SolverFailure(
+            "the model has a non-finite coefficient: an input out of range reached the solver"
+        )
     lp = highspy.HighsLp()
     lp.num_col_ = csc.shape[1]
     lp.num_row_ = csc.shape[0]
