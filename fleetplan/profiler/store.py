@@ -16,13 +16,17 @@ CSV and the manifest they read belong to the same version. The previous version 
 resolved it just before a swap; older ones are pruned. A plain directory `<root>/<name>` (written by hand or
 by an older fleetplan) is still read; saving over it moves it into `.versions/` first, the one step that is
 not atomic (the set is briefly absent, never half-written).
+
+Saves of one name are serialized by an flock on `<root>/.lock-<name>` (threads and processes alike), so
+the existence check of `replace=False`, the swap and the pruning of old versions are one step per writer.
+A store that cannot be written (no space, no permission) raises StoreNotWritable and keeps its sets.
 """
 
 import contextlib
 import os
 import shutil
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from functools import lru_cache
 from pathlib import Path
 
@@ -33,6 +37,11 @@ from fleetplan import fixtures
 from fleetplan.models.errors import InputError, ProfileMissing, ProfileSetExists, StoreNotWritable
 from fleetplan.models.profile import ProfileSetManifest
 from fleetplan.profiler.tables import ProfileTable, csv_bytes, from_frame, read_csv
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - not POSIX
+    fcntl = None
 
 STORE_ENV = "FLEETPLAN_PROFILE_STORE"
 
@@ -109,11 +118,23 @@ class ProfileStore:
             check(table.frame)
         data = csv_bytes(table.frame)
         sha256 = table.sha256
-        if not replace and self.exists(name):
-            msg = f"profile set {name!r} exists; replace it explicitly (POST /profiles?replace=true)"
-            raise ProfileSetExists(msg, field="name")
         manifest = msgspec.structs.replace(manifest, name=name, sha256=sha256, rows=len(table.frame))
+        try:
+            with _locked(root, name):  # one writer of a name at a time, across processes
+                if not replace and self.exists(name):
+                    msg = f"profile set {name!r} exists; replace it explicitly (POST /profiles?replace=true)"
+                    raise ProfileSetExists(msg, field="name")
+                self._write(root, name, data, manifest)
+                self._prune(name)
+        except OSError as error:
+            why = error.strerror or str(error)
+            msg = f"profile store {str(root)!r} cannot be written ({why}); the sets in it are unchanged"
+            raise StoreNotWritable(msg) from error
+        return manifest
 
+    def _write(self, root: Path, name: str, data: bytes, manifest: ProfileSetManifest) -> None:
+        """Steps 2 and 3 of the module docstring, under the name's lock."""
+        sha256 = manifest.sha256
         versions = root / VERSIONS
         versions.mkdir(parents=True, exist_ok=True)
         nonce = uuid.uuid4().hex[:8]
@@ -145,8 +166,6 @@ class ProfileStore:
             if final.exists() and link.resolve() != final.resolve():
                 shutil.rmtree(final, ignore_errors=True)
             raise
-        self._prune(name)
-        return manifest
 
     def _writable_root(self) -> Path:
         if self.writable is None:
@@ -166,10 +185,11 @@ class ProfileStore:
         mine = [
             p for p in versions.glob(f"{name}-*") if p.is_dir() and p.name[len(name) + 1 :].count("-") == 1
         ]
-        mine.sort(key=lambda p: p.stat().st_mtime_ns, reverse=True)
-        for old in mine[KEEP_VERSIONS:]:
-            if old.resolve() != current:
-                shutil.rmtree(old, ignore_errors=True)
+        with contextlib.suppress(OSError):  # housekeeping: the set is saved either way
+            mine.sort(key=lambda p: p.stat().st_mtime_ns, reverse=True)
+            for old in mine[KEEP_VERSIONS:]:
+                if old.resolve() != current:
+                    shutil.rmtree(old, ignore_errors=True)
 
     def manifest(self, name: str) -> ProfileSetManifest:
         path = self._directory(name) / "manifest.json"
@@ -184,6 +204,23 @@ class ProfileStore:
         path = self._directory(name) / "profile.csv"
         stat = path.stat()
         return _load_cached(path, name, stat.st_mtime_ns, stat.st_size)
+
+
+@contextlib.contextmanager
+def _locked(root: Path, name: str) -> Iterator[None]:
+    """An exclusive lock on set `name` in `root` (flock on `<root>/.lock-<name>`), across threads and
+    processes: without it two saves of one name could each prune the version the other was about to link
+    (the set then pointed at a deleted directory), and two `replace=false` uploads could both pass the
+    existence check. Where flock is missing (not POSIX) saves are not serialized."""
+    if fcntl is None:
+        yield
+        return
+    with open(root / f".lock-{name}", "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def _check_set_name(name: str) -> None:
