@@ -8,6 +8,7 @@ import sqlalchemy as sa
 from postgres_server import database_url_fixture, postgres_root_url_fixture  # noqa: F401 (fixtures)
 from store_helpers import tiny_request
 
+from fleetplan.models.errors import StoreUnavailable
 from fleetplan.models.store import ProfileSetRecord
 from fleetplan.solver.pipeline import plan
 from fleetplan.store import Repository, engine, make_engine, open_repository, upgrade
@@ -146,3 +147,47 @@ def test_the_shipped_migrations_are_the_tables(tmp_path):
         changes = compare_metadata(MigrationContext.configure(connection), metadata)
     assert changes == []
     db.dispose()
+
+
+def test_databases_that_cannot_be_used_are_named_not_tracebacks(tmp_path):
+    """Each raised a raw SQLAlchemy, Alembic or OS error before (a traceback on the CLI, a 500 over HTTP)."""
+    fresh = f"sqlite:///{tmp_path / 'newer.db'}"
+    upgrade(make_engine(fresh))
+    with make_engine(fresh).begin() as connection:
+        connection.exec_driver_sql("UPDATE alembic_version SET version_num = '0099'")
+    with pytest.raises(StoreUnavailable, match="'0099'.*migrated by a newer fleetplan"):
+        open_repository(fresh, migrate=True)
+    with pytest.raises(StoreUnavailable, match="at revision 0099, code expects .*upgrade fleetplan"):
+        open_repository(fresh)
+    garbage = tmp_path / "garbage.db"
+    garbage.write_bytes(b"not a database " * 512)
+    with pytest.raises(StoreUnavailable, match="file is not a database"):
+        open_repository(f"sqlite:///{garbage}", migrate=True)
+    with pytest.raises(StoreUnavailable, match="cannot open the database foo://bar"):
+        make_engine("foo://bar")
+
+
+def test_a_percent_encoded_password_reaches_alembic_and_no_message_shows_it():
+    """ConfigParser read the % of p%40ss as interpolation: every store command failed, and its traceback
+    printed the password."""
+    url = "postgresql+psycopg://fpu:p%40ss%25w%3Ard@127.0.0.1:1/fp"
+    db = make_engine(url)
+    config = engine.alembic_config(db)
+    assert sa.make_url(config.get_main_option("sqlalchemy.url")).password == "p@ss%w:rd"
+    with pytest.raises(StoreUnavailable) as caught:
+        upgrade(db)  # nothing listens on port 1
+    assert "fpu:***@127.0.0.1:1/fp" in str(caught.value)
+    assert "p@ss" not in str(caught.value)
+    assert "p%40ss" not in str(caught.value)
+
+
+@pytest.mark.parametrize("database_url", ["postgresql"], indirect=True)
+def test_replicas_starting_together_migrate_a_fresh_database_once(database_url):
+    """Four `db upgrade`s at once on a fresh PostgreSQL database: before the advisory lock, the losers
+    crashed with DuplicateTable or UniqueViolation in 2 of 4 trials."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(4) as pool:
+        revisions = list(pool.map(lambda _: upgrade(make_engine(database_url)), range(4)))
+    assert len(set(revisions)) == 1
+    assert revisions[0] == current_revision(make_engine(database_url))

@@ -35,7 +35,17 @@ from fleetplan.models.store import (
     Run,
     RunStatus,
 )
-from fleetplan.store.engine import WRITE_OPTION, current_revision, head_revision, make_engine
+from fleetplan.store.engine import (
+    DATABASE_ERRORS,
+    WRITE_OPTION,
+    current_revision,
+    head_revision,
+    is_unavailable,
+    known_revision,
+    make_engine,
+    masked,
+    unavailable,
+)
 from fleetplan.store.leases import HEARTBEAT_S, RUN_LEASE_S, abandoned_reason, owner, utc_now
 from fleetplan.store.records import plan_record, plan_select, profile_set_record, run_record, run_select
 from fleetplan.store.tables import current_plans, fleet_versions, fleets, plans, profile_sets, runs
@@ -71,11 +81,15 @@ class Repository:
         """Raise StoreUnavailable unless the database is reachable and at the newest revision."""
         try:
             at, head = current_revision(self.engine), head_revision(self.engine)
-        except sa.exc.OperationalError as error:
-            msg = f"database unreachable at {self.engine.url!r}: {error.orig}"
-            raise StoreUnavailable(msg) from error
+        except DATABASE_ERRORS as error:
+            raise unavailable(self.engine, "read", error) from error
         if at != head:
-            msg = f"database at revision {at}, code expects {head}; run `fleetplan db upgrade`"
+            fix = (
+                "run `fleetplan db upgrade`"
+                if known_revision(self.engine, at)
+                else "a newer fleetplan migrated it: upgrade fleetplan"
+            )
+            msg = f"database {masked(self.engine.url)} at revision {at}, code expects {head}; {fix}"
             raise StoreUnavailable(msg)
 
     @contextmanager
@@ -86,7 +100,9 @@ class Repository:
         try:
             with self.engine.connect().execution_options(**options) as connection, connection.begin():
                 yield connection
-        except sa.exc.OperationalError as error:
+        except sa.exc.DBAPIError as error:
+            if not is_unavailable(error):
+                raise
             raise StoreUnavailable(f"database error: {error.orig}") from error
 
     @contextmanager
@@ -95,7 +111,9 @@ class Repository:
             with self.engine.connect().execution_options(**{WRITE_OPTION: True}) as connection:
                 with connection.begin():
                     yield connection
-        except sa.exc.OperationalError as error:
+        except sa.exc.DBAPIError as error:
+            if not is_unavailable(error):
+                raise
             raise StoreUnavailable(f"database error: {error.orig}") from error
 
     # ---- fleets -----------------------------------------------------------------------------------
