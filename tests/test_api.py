@@ -571,3 +571,21 @@ def test_json_media_types_are_accepted(client, media):
     response = client.post("/plan", content=body, headers={"content-type": media})
     # decoded and checked: this module's store has no 'paper' set, which the request names
     assert_problem(response, 422, "profiles.set")
+
+
+@pytest.mark.parametrize("path", ["/plan", "/whatif", "/profiles"])
+def test_a_body_that_is_not_utf8_is_a_400_not_a_500(client: TestClient, path: str) -> None:
+    """msgspec raised UnicodeDecodeError on a string holding byte 0xff, which no handler turned into a
+    problem: every JSON endpoint answered 500."""
+    paper = json.loads(fixtures.request_path("paper").read_text())
+    body = {
+        "/plan": paper,
+        "/whatif": {"base": paper, "axes": [{"param": "budget_per_hour", "values": [10.0]}]},
+        "/profiles": {"name": "x", "description": "d", "rows": []},
+    }[path]
+    old, new = ('"d"', '"d\udcff"') if path == "/profiles" else ("a6000ada", "a6000\udcffada")
+    raw = json.dumps(body).replace(old, new, 1)
+    content = raw.encode("utf-8", "surrogateescape")
+    assert b"\xff" in content
+    response = client.post(path, content=content, headers={"content-type": "application/json"})
+    assert_problem(response, 400, says="the JSON is not UTF-8: byte(s) b'\\xff' at offset")

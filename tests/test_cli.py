@@ -316,3 +316,13 @@ def test_version_comes_from_the_package_metadata(runner: CliRunner) -> None:
     result = runner.invoke(main, ["--version"])
     assert result.exit_code == 0
     assert result.output.strip() == f"fleetplan, version {version('fleetplan')}"
+
+
+def test_a_request_file_that_is_not_utf8_exits_2_with_its_offset(runner: CliRunner, tmp_path: Path) -> None:
+    """It raised UnicodeDecodeError, and `plan` then died of an UnboundLocalError on WorkerCrashed (its
+    import sat after read_request in the try): two tracebacks, exit 1."""
+    path = tmp_path / "bad.json"
+    path.write_bytes(json.dumps(inline_request()).encode().replace(b'"chat"', b'"ch\xffat"', 1))
+    result = runner.invoke(main, ["plan", str(path)])
+    assert result.exit_code == 2, result.output
+    assert result.stderr.startswith("error: the JSON is not UTF-8: byte(s) b'\\xff' at offset")

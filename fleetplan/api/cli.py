@@ -97,6 +97,7 @@ def plan_command(file: Path, as_json: bool, time_limit: float | None, plain: boo
     options.time_limit_s (or --time-limit) is a wall-clock budget for the whole command: the plan runs in
     a child process that is killed when the budget ends (exit 1, "no plan within time_limit_s")."""
     began = _process_started()  # options.time_limit_s bounds the whole command, start-up included
+    from fleetplan.api.workers import WorkerCrashed, solve_blocking
     from fleetplan.models.codec import read_request
     from fleetplan.models.errors import PlannerError
 
@@ -104,8 +105,6 @@ def plan_command(file: Path, as_json: bool, time_limit: float | None, plain: boo
         request = read_request(file)
         if time_limit is not None:
             request = _with_time_limit(request, time_limit)
-        from fleetplan.api.workers import WorkerCrashed, solve_blocking
-
         result = solve_blocking(request, None, began + request.options.time_limit_s - EXIT_RESERVE_S)
     except PlannerError as error:
         _fail(error)

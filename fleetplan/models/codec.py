@@ -43,6 +43,8 @@ def decode(data: bytes | str, type_: type[T]) -> T:
         value = _whole_floats_retried(data, type_, error)
     except msgspec.DecodeError as error:
         raise _malformed(data, error) from error
+    except UnicodeDecodeError as error:
+        raise _not_utf8(data, error) from error
     refuse_duplicate_keys(data)
     return value
 
@@ -102,6 +104,17 @@ def _malformed(data: bytes | str, error: msgspec.DecodeError) -> InputError:
     return InputError(f"malformed JSON: {error}")
 
 
+def _not_utf8(data: bytes | str, error: UnicodeDecodeError) -> InputError:
+    """The error for a string that is not UTF-8 (JSON text must be: RFC 8259, section 8.1), at its byte
+    offset in the whole document (msgspec's error counts within the one string)."""
+    try:
+        data.decode("utf-8") if isinstance(data, bytes) else None
+    except UnicodeDecodeError as whole:
+        error = whole
+    bad = error.object[error.start : error.end]
+    return InputError(f"the JSON is not UTF-8: byte(s) {bad!r} at offset {error.start}; encode it as UTF-8")
+
+
 def locate_non_finite(data: bytes | str) -> str | None:
     """The path of the first NaN/Infinity in `data` ("profiles.rows[0].ttft_ms_p90"), if any.
 
@@ -137,6 +150,8 @@ def decode_request(data: bytes | str) -> PlanRequest:
         request = _whole_floats_retried(data, PlanRequest, error)
     except msgspec.DecodeError as error:
         raise _malformed(data, error) from error
+    except UnicodeDecodeError as error:
+        raise _not_utf8(data, error) from error
     refuse_duplicate_keys(data)
     return request
 
