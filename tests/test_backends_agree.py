@@ -27,8 +27,9 @@ import scipy.sparse as sp
 from hypothesis import HealthCheck, given, settings
 from strategies import tiny_requests
 
-from fleetplan import solver
+from fleetplan import fixtures, solver
 from fleetplan.models import PlanRequest
+from fleetplan.models.codec import read_request
 from fleetplan.models.errors import InputError, SolverFailure
 from fleetplan.models.plan import SolverName
 from fleetplan.solver.backends import Sense, Termination, get_backend
@@ -515,3 +516,18 @@ def test_a_non_finite_coefficient_is_a_solver_failure_not_a_crash():
     )
     with pytest.raises(SolverFailure, match="non-finite coefficient"):
         get_backend("highs").solve(form, np.ones(2), Sense.MAX, time_limit_s=1.0, mip_rel_gap=1e-4)
+
+
+def test_pyomo_plans_the_paper_request_as_highs_does():
+    """The paper model has a row with no finite bound, which Pyomo refuses as a constraint ((None, body,
+    None)): `solver: "pyomo"`, an allowed value, answered 500 on the bundled example."""
+    pytest.importorskip("pyomo")
+    base = read_request(fixtures.request_path("paper"))
+    primary = {}
+    for name in ("highs", "pyomo"):
+        options = msgspec.structs.replace(base.options, solver=name)
+        result = solver.plan(msgspec.structs.replace(base, options=options), with_baselines=False)
+        assert result.status == "optimal"
+        (stage,) = [s for s in result.solver.stages if s.step == "primary"]
+        primary[name] = stage.objective
+    assert primary["pyomo"] == pytest.approx(primary["highs"], rel=base.options.mip_rel_gap)

@@ -51,7 +51,8 @@ _HIGHS_OPTIONS = {"output_flag": False, "threads": 1, "mip_abs_gap": 1e-9, "mip_
 
 
 def build_model(form: MatrixForm, objective: np.ndarray, sense: Sense, relax: bool) -> pyo.ConcreteModel:
-    """v[j] with the form's bounds; one constraint lo <= A[i] v <= hi per non-empty CSR row; c @ v."""
+    """v[j] with the form's bounds; one constraint lo <= A[i] v <= hi per non-empty CSR row with a finite
+    bound; c @ v."""
     n = form.A.shape[1]
     model = pyo.ConcreteModel()
 
@@ -65,7 +66,9 @@ def build_model(form: MatrixForm, objective: np.ndarray, sense: Sense, relax: bo
     model.v = pyo.Var(range(n), domain=domain, bounds=bounds)
     A = form.A.tocsr()
     indptr, indices, data = A.indptr, A.indices, A.data
-    rows = [i for i in range(A.shape[0]) if indptr[i + 1] > indptr[i]]
+    # a row with no finite bound constrains nothing (HiGHS takes it as free); Pyomo refuses (None, body, None)
+    bounded = np.isfinite(form.row_lo) | np.isfinite(form.row_hi)
+    rows = [i for i in range(A.shape[0]) if indptr[i + 1] > indptr[i] and bounded[i]]
 
     def row(model: pyo.ConcreteModel, i: int) -> object:
         start, end = indptr[i], indptr[i + 1]
