@@ -278,7 +278,13 @@ def test_metrics_and_request_ids(tmp_path: Path) -> None:
         assert mine.headers["x-request-id"] == "abc-123"
         odd = client.get("/health", headers={"X-Request-ID": "bad id\twith spaces"})
         assert odd.headers["x-request-id"] != "bad id\twith spaces"
-        text = client.get("/metrics").text
+        scraped = client.get("/metrics")
+        text = scraped.text
+    # one charset: Go's mime.ParseMediaType (Prometheus's scraper) refuses a repeated parameter, and
+    # Litestar's own charset had doubled prometheus_client's
+    media_type, *params = (part.strip() for part in scraped.headers["content-type"].split(";"))
+    assert media_type == "text/plain"
+    assert sorted(params) == ["charset=utf-8", "version=1.0.0"]
     assert 'fleetplan_http_requests_total{method="POST",route="/plan",status="200"} 1.0' in text
     assert 'fleetplan_http_requests_total{method="GET",route="/health",status="200"} 2.0' in text
     assert 'fleetplan_plans_total{status="optimal"} 1.0' in text

@@ -20,6 +20,10 @@ from litestar.types import ASGIApp, Message, Receive, Scope, Send
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
+# Litestar appends "; charset=utf-8" to a text/* media type itself: prometheus_client's own charset would
+# then appear twice, a Content-Type Go's mime parser (Prometheus's scraper) refuses
+METRICS_MEDIA_TYPE = CONTENT_TYPE_LATEST.replace("; charset=utf-8", "")
+
 # scope["state"] keys
 ARRIVED_KEY = "fleetplan.arrived"
 REQUEST_ID_KEY = "fleetplan.request_id"
@@ -82,14 +86,14 @@ class Metrics:
     summary="Prometheus metrics",
     tags=["service"],
     include_in_schema=True,
-    media_type=CONTENT_TYPE_LATEST,
+    media_type=METRICS_MEDIA_TYPE,
 )
 async def metrics_endpoint(state: State) -> Response[bytes]:
     metrics: Metrics = state.metrics
     solves = state.solves
     metrics.in_flight.set(solves.running)
     metrics.queued.set(solves.waiting)
-    return Response(content=metrics.render(), media_type=CONTENT_TYPE_LATEST)
+    return Response(content=metrics.render(), media_type=METRICS_MEDIA_TYPE)
 
 
 def _request_id(scope: Scope) -> str:
