@@ -159,3 +159,18 @@ def test_openapi_documents_the_upload(client: TestClient) -> None:
     operation = schema["paths"]["/profiles"]["post"]
     assert {"201", "400", "409", "503"} <= operation["responses"].keys()
     assert "ProfileUpload" in str(operation["requestBody"])
+
+
+def test_one_damaged_set_does_not_fail_the_listing(client: TestClient, root: Path) -> None:
+    """A set whose manifest.json is not JSON made GET /profiles answer 422 for every set."""
+    assert client.post("/profiles", json=upload()).status_code == 201
+    damaged = root / "damaged"
+    damaged.mkdir()
+    (damaged / "profile.csv").write_text("model,device\n")
+    (damaged / "manifest.json").write_text("{garbage")
+    listing = client.get("/profiles")
+    assert listing.status_code == 200, listing.text
+    names = {s["name"] for s in listing.json()}
+    assert {"uploaded", "paper", "synthetic"} <= names
+    assert "damaged" not in names
+    problem(client.get("/profiles/damaged"), 422)

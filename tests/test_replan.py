@@ -388,3 +388,24 @@ def test_a_replans_diff_never_moves_more_than_max_moves(max_moves):
     result = plan(again, with_baselines=False, churn=churn)
     assert diff(first, result).moves <= max_moves
     assert result.slo_rps >= first.slo_rps * (1 - 1e-6)  # the plan in force stays feasible
+
+
+def test_profiles_null_keeps_a_bundled_set_and_passes_over_broken_or_same_day_sets(tmp_path):
+    """paper.json (set `paper`) was re-planned on the bundled `synthetic` set: both manifests say
+    2025-11-22, and the tie went to the name. One unreadable manifest in the store failed every re-plan."""
+    from fleetplan.replan.service import newest_profiles
+
+    rows = paper_rows().assign(source="test")
+    store = _store_with(tmp_path, {"same-day": (rows, "2025-11-22"), "mine": (rows, "2026-11-01")})
+    broken = store.writable / "broken"
+    broken.mkdir()
+    rows.to_csv(broken / "profile.csv", index=False)
+    (broken / "manifest.json").write_text("{garbage")
+    assert {"paper", "synthetic", "same-day", "broken"} <= set(store.names())
+    paper = msgspec.structs.replace(tiny_request(), profiles=ProfilesSpec(set="paper"))
+    assert [store.is_bundled(name) for name in ("paper", "synthetic", "mine")] == [True, True, False]
+    assert newest_profiles(paper, store) == ProfilesSpec(set="mine")  # stored and strictly newer
+    mine = msgspec.structs.replace(paper, profiles=ProfilesSpec(set="same-day"))
+    assert newest_profiles(mine, store) == ProfilesSpec(set="mine")
+    store_without_mine = _store_with(tmp_path / "b", {"same-day": (rows, "2025-11-22")})
+    assert newest_profiles(paper, store_without_mine) == ProfilesSpec(set="paper")

@@ -8,6 +8,7 @@ of Litestar's own conversion, which is lax (it takes "4" for an int) and reports
 "data".
 """
 
+import logging
 import time
 from collections.abc import Awaitable, Callable, Generator
 from pathlib import Path
@@ -43,6 +44,7 @@ from fleetplan.models.profile import ProfileSetManifest, ProfileUpload
 from fleetplan.profiler.store import ProfileStore, bundled_root
 
 VERSION = __version__
+LOG = logging.getLogger("fleetplan.api")
 T = TypeVar("T")
 # the work's deadline is this long before time_limit_s ends: after it the child is killed and reaped
 # (a 5,000-class request's child holds ~1 GB to tear down) and the answer encoded and sent. Measured
@@ -208,16 +210,16 @@ async def profiles_options() -> Response[None]:
 
 @get("/", sync_to_thread=True, summary="List profile sets", tags=["profiles"])
 def list_profiles(state: State) -> list[ProfileSetSummary]:
+    """Every readable set; a set whose manifest cannot be read is logged and left out (GET
+    /profiles/{name} names its error), so that one damaged set does not fail the listing."""
     store: ProfileStore = state.store
-    summaries = []
-    for name in store.names():
-        manifest = store.manifest(name)
-        summaries.append(
-            ProfileSetSummary(
-                name=name, description=manifest.description, rows=manifest.rows, sha256=manifest.sha256
-            )
-        )
-    return summaries
+    named, broken = store.manifests()
+    for line in broken:
+        LOG.warning("GET /profiles leaves out %s", line)
+    return [
+        ProfileSetSummary(name=name, description=m.description, rows=m.rows, sha256=m.sha256)
+        for name, m in named
+    ]
 
 
 @get(

@@ -193,9 +193,12 @@ def profiles_command(as_json: bool, store_dir: Path | None) -> None:
 
     store = _store(store_dir)
     try:
-        manifests = [store.manifest(name) for name in store.names()]
+        named, broken = store.manifests()
     except PlannerError as error:
         _fail(error)
+    manifests = [manifest for _, manifest in named]
+    for line in broken:
+        click.echo(f"warning: {line}", err=True)
     if as_json:
         import msgspec
 

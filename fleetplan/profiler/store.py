@@ -95,6 +95,24 @@ class ProfileStore:
     def exists(self, name: str) -> bool:
         return name in self.names()
 
+    def manifests(self) -> tuple[list[tuple[str, ProfileSetManifest]], list[str]]:
+        """(name, manifest) of every set, and a line for each set whose manifest cannot be read (listed
+        apart, so that one damaged set does not hide the others)."""
+        found, broken = [], []
+        for name in self.names():
+            try:
+                found.append((name, self.manifest(name)))
+            except ProfileMissing as error:
+                broken.append(str(error))
+        return found, broken
+
+    def is_bundled(self, name: str) -> bool:
+        """Whether set `name`, as this store resolves it, is one of the bundled fixtures (not shadowed)."""
+        try:
+            return self._directory(name).is_relative_to(bundled_root().resolve())
+        except ProfileMissing:
+            return False
+
     def save(
         self,
         name: str,

@@ -121,22 +121,40 @@ def _replan(
 
 
 def newest_profiles(request: PlanRequest, store: ProfileStore | None) -> ProfilesSpec:
-    """`profiles: null` in a REPLAN: the newest stored set (by its manifest's `created`, then name) with rows
-    for every model and every device of the fleet; the fleet's own profiles when no set covers it all (or
-    when they are inline rows)."""
-    if request.profiles.set is None:
+    """`profiles: null` in a REPLAN: the newest set stored in the profile store (by its manifest's
+    `created`, then name) that is strictly newer than the fleet's own and has rows for every model and
+    device of the fleet; else the fleet's own profiles (also when they are inline rows). A bundled set
+    never replaces the fleet's own (paper.json would otherwise have been re-planned on `synthetic`, which
+    shares its date), and a set whose manifest or table cannot be read is passed over."""
+    own = request.profiles.set
+    if own is None:
         return request.profiles
     store = store or ProfileStore()
+    floor = _created(store, own) or ""
+    dated = []
+    for name in store.names():
+        created = None if name == own or store.is_bundled(name) else _created(store, name)
+        if created is not None and created > floor:
+            dated.append((created, name))
+    dated.sort()
     models = {w.model for w in request.workloads}
     devices = {d.name for d in request.devices}
-    dated = sorted(((store.manifest(name).created, name) for name in store.names()), reverse=True)
-    for _, name in dated:
-        if name == request.profiles.set:
-            break  # nothing newer covers the fleet: keep its own set
-        frame = store.load(name).frame
+    for _, name in reversed(dated):
+        try:
+            frame = store.load(name).frame
+        except PlannerError:
+            continue
         if models <= set(frame["model"]) and devices <= set(frame["device"]):
             return ProfilesSpec(set=name)
     return request.profiles
+
+
+def _created(store: ProfileStore, name: str) -> str | None:
+    """A set's manifest `created`, or None when its manifest cannot be read."""
+    try:
+        return store.manifest(name).created
+    except PlannerError:
+        return None
 
 
 def replan_request(
