@@ -283,7 +283,14 @@ def _replan_order(options: dict[str, Any]) -> Any:
 @click.option("--quantile", type=float, help="Plan for this quantile of the forecast (default 0.95).")
 @click.option("--max-moves", type=click.IntRange(0), help="At most this many instances added or removed.")
 @click.option("--churn-penalty", type=float, help="Cost per hour charged per instance moved.")
-@click.option("--profiles", metavar="SET", help="Plan with this profile set (default: the fleet's own).")
+@click.option(
+    "--profiles",
+    metavar="SET",
+    help=(
+        "Plan with this profile set (default: the newest stored set newer than the fleet's own that "
+        "covers it, else the fleet's own)."
+    ),
+)
 @click.option("--gate-seeds", type=click.IntRange(1, 20), help="Simulated seeds of the gate (default 3).")
 @click.option("--gate-duration", type=float, help="Measured seconds per gate simulation (default 600).")
 @click.option("--gate-warmup", type=float, help="Warm-up seconds per gate simulation (default 60).")

@@ -88,9 +88,10 @@ class GateSpec(Base):
 
 
 class ReplanRequest(Base):
-    """REPLAN: every field optional. `profiles` null re-reads the fleet's own profile source (the newest
-    stored version of its named set); `traffic` null keeps the fleet's rates; `gate` null is the default
-    gate (GateSpec()); `dry_run` computes and records the run but never promotes."""
+    """REPLAN: every field optional. `profiles` null takes the newest stored profile set strictly newer
+    than the fleet's own that covers its models and devices, else re-reads the fleet's own (its newest
+    stored version; inline rows as they are); `traffic` null keeps the fleet's rates; `gate` null is the
+    default gate (GateSpec()); `dry_run` computes and records the run but never promotes."""
 
     profiles: ProfilesSpec | None = None
     traffic: TrafficSpec | None = None
