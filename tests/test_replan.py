@@ -203,9 +203,11 @@ def _check_first_plan(run: dict, stored: list[dict], rates: dict[str, float]) ->
     assert run["diff"]["moves"] == sum(instances.values())
 
 
-def _check_table(text: str, run: dict, rates: dict[str, float], busier: str, factor: float) -> None:
+def _check_table(
+    text: str, run: dict, rates: dict[str, float], busier: str, factor: float, fleet_rate: float
+) -> None:
     """The rendered RUN: its tables hold the RUN's diff, row by row; class `busier` served `factor` times
-    more."""
+    more; its fleet_rps column is the fleet's own rate, `fleet_rate`."""
     change = run["diff"]
     assert text.splitlines()[0] == f"run {run['id']} of fleet paper: PROMOTED"
     assert f"moves: {change['moves']}" in text.splitlines()
@@ -235,7 +237,7 @@ def _check_table(text: str, run: dict, rates: dict[str, float], busier: str, fac
     assert row[3].startswith(f"demand {rates[busier]:g} -> {factor * rates[busier]:g} rps")
     assert "forecast (constant, 24 h, q0.95)" in text.splitlines()
     forecast = {r.split()[0]: [float(v) for v in r.split()[1:]] for r in tables["class fleet_rps"]}
-    assert forecast[busier] == pytest.approx([rates[busier], factor * rates[busier], factor * rates[busier]])
+    assert forecast[busier] == pytest.approx([fleet_rate, factor * rates[busier], factor * rates[busier]])
     lines = text.splitlines()
     assert "gate: passed on 1 seed(s) of 120 s" in lines
     # mistral-long, 2 RPS over 110 measured seconds: ~22 requests beyond its p90 (gate.THIN_TAIL is 50)
@@ -252,7 +254,11 @@ def test_cli_replan_of_the_paper_fleet_with_an_azure_trace(tmp_path):
     runner = CliRunner()
     env = {"FLEETPLAN_DATABASE_URL": f"sqlite:///{tmp_path / 'paper.db'}"}
     paper = fixtures.request_path("paper")
-    request = read_request(paper)
+    # traffic at half paper.json's rates, which its fleet serves in full on its own `paper` profiles, also
+    # with 1b-medium doubled (at full rates it serves 56.01 of 63 RPS)
+    full = read_request(paper)
+    workloads = [msgspec.structs.replace(w, rate_rps=w.rate_rps / 2) for w in full.workloads]
+    request = msgspec.structs.replace(full, workloads=workloads)
     rates = {w.name: w.rate_rps for w in request.workloads}
     steady, busier = tmp_path / "steady.csv", tmp_path / "busier.csv"
     _azure_trace(steady, request, seconds=240.0)
@@ -275,7 +281,8 @@ def test_cli_replan_of_the_paper_fleet_with_an_azure_trace(tmp_path):
     (second,) = msgspec.json.decode(cli("runs", "paper", "--json", "--limit", "1"))
     _check_contract(second)
     assert second["id"] == first["id"] + 1
-    _check_table(text, second, rates, busier="1b-medium", factor=2.0)
+    fleet_rate = next(w.rate_rps for w in full.workloads if w.name == "1b-medium")
+    _check_table(text, second, rates, busier="1b-medium", factor=2.0, fleet_rate=fleet_rate)
 
     third = msgspec.json.decode(replan_cli(busier, "--json"))
     _check_contract(third)

@@ -294,3 +294,22 @@ def test_http_reads_of_runs_mark_an_abandoned_run(tmp_path):
         listed = client.get("/fleets/f/runs").json()
     assert [(r["id"], r["status"]) for r in listed] == [(other.id, "failed"), (stale.id, "failed")]
     repo.engine.dispose()
+
+
+def test_a_plan_for_an_older_version_of_the_fleet_never_promotes(repo):
+    """A PUT that removed a device while a re-plan computed: the re-plan promoted a plan for version 1,
+    using that device, over a fleet at version 2."""
+    request = tiny_request()
+    result = plan(request, with_baselines=False)
+    run = repo.start_run("f")
+    assert repo.get_fleet("f").version == 1
+    repo.put_fleet("f", tiny_request(rate_rps=25.0))  # edited while the run computes
+    finished = repo.finish_run(
+        run.id, status="promoted", reason=None, plan=(request, 1, result, PROFILE), promote=True
+    )
+    assert finished.status == "kept"
+    assert finished.reason == (
+        "not promoted: the fleet changed while this run computed (version 1 -> 2); re-plan again"
+    )
+    assert repo.get_plan(finished.plan_id).state == "candidate"
+    assert repo.current_plan("f") is None

@@ -321,16 +321,17 @@ class Repository:
         any, as `current` when `promote` (the previous current plan becomes `superseded` and the pointer
         moves) or else as `candidate`, and record status, reason, diff, forecast and gate.
 
-        A run promotes (or is `unchanged`) only while it is still `running` and the fleet's current plan is
-        the one it started from; otherwise (another run promoted meanwhile, or this one was declared
-        abandoned) it is `kept`, its plan stored as a candidate, and the reason says so."""
+        A run promotes (or is `unchanged`) only while it is still `running`, the fleet's current plan is
+        the one it started from and its plan was made for the fleet's current version; otherwise (another
+        run promoted meanwhile, this one was declared abandoned, or the fleet was edited while it computed)
+        it is `kept`, its plan stored as a candidate, and the reason says so."""
         with self._write() as db:
             row = db.execute(sa.select(runs).where(runs.c.id == run_id)).one_or_none()
             if row is None:
                 raise NotFound(f"no run with id {run_id}", field="id")
-            _lock_fleet(db, row.fleet_id)
+            version = _lock_fleet(db, row.fleet_id)
             previous = _pointer(db, row.fleet_id)
-            conflict = _conflict(row, previous)
+            conflict = _conflict(row, previous) or _stale(plan, version)
             if conflict and status in ("promoted", "unchanged"):
                 status, reason, promote = "kept", f"not promoted: {conflict}; re-plan again", False
             plan_id = None
@@ -436,9 +437,18 @@ def _conflict(row, pointer: int | None) -> str | None:
     return None
 
 
-def _lock_fleet(db: Connection, fleet_id: int) -> None:
-    """Serialize promotions of one fleet (FOR UPDATE on PostgreSQL; SQLite writers are serial anyway)."""
-    db.execute(sa.select(fleets.c.id).where(fleets.c.id == fleet_id).with_for_update()).one()
+def _stale(plan: tuple | None, version: int) -> str | None:
+    """Why a run's plan may not promote because its fleet changed while it computed, or None."""
+    if plan is not None and plan[1] != version:
+        return f"the fleet changed while this run computed (version {plan[1]} -> {version})"
+    return None
+
+
+def _lock_fleet(db: Connection, fleet_id: int) -> int:
+    """Serialize promotions of one fleet (FOR UPDATE on PostgreSQL; SQLite writers are serial anyway);
+    returns the fleet's current version."""
+    query = sa.select(fleets.c.version).where(fleets.c.id == fleet_id).with_for_update()
+    return int(db.execute(query).scalar_one())
 
 
 def _profile_set_id(db: Connection, record: ProfileSetRecord) -> int:
