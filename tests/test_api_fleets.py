@@ -57,6 +57,11 @@ def test_fleet_plan_and_run_routes(client):
     runs = client.get("/fleets/tiny/runs?limit=1").json()
     assert [r["id"] for r in runs] == [run.json()["id"]]
     assert client.get(f"/runs/{run.json()['id']}").json()["diff"] == run.json()["diff"]
+    # every REPLAN field is optional, so no body at all is the default re-plan (it was a 400, "body:
+    # empty; send a PlanRequest as JSON")
+    again = client.post("/fleets/tiny/replan", content=b"", headers={"content-type": "application/json"})
+    assert again.status_code == 200, again.text
+    assert again.json()["status"] == "unchanged"
 
 
 def test_store_errors_are_problems_naming_the_field(client):

@@ -195,13 +195,15 @@ def get_plan(plan_id: PlanId, state: State) -> PlanRecord:
 )
 async def post_replan(
     name: FleetName,
-    data: Annotated[ReplanRequest, Body(media_type=RequestEncodingType.JSON)],
     state: State,
     request: Request,
+    data: Annotated[ReplanRequest | None, Body(media_type=RequestEncodingType.JSON)] = None,
 ) -> Run:
-    """The re-plan runs in a child process holding one of the server's solve slots (the pool POST /plan and
-    POST /whatif use): a busy server answers 503 with Retry-After before any run is recorded; the child
-    is killed when `replan_budget_s` ends or the client disconnects, and its run is marked failed."""
+    """An empty body is the default REPLAN (every field is optional). The re-plan runs in a child process
+    holding one of the server's solve slots (the pool POST /plan and POST /whatif use): a busy server
+    answers 503 with Retry-After before any run is recorded; the child is killed when `replan_budget_s`
+    ends or the client disconnects, and its run is marked failed."""
+    data = data or ReplanRequest()
     check_order(data)  # what this installation cannot do: a 400 before any run is recorded
     pool: SolvePool = state.solves
     budget = replan_budget_s(state.settings)
