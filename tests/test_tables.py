@@ -35,11 +35,11 @@ def test_absent_percentiles_become_nan_columns_not_zeros():
 @pytest.mark.parametrize(
     ("overrides", "field", "fragment"),
     [
-        ({"ttft_ms_p90": [10.0, -1.0]}, "profiles.ttft_ms_p90", "rows 1 (m/d/tp1/b4/p128)"),
-        ({"tbt_ms_p90": [np.inf, 6.0]}, "profiles.tbt_ms_p90", "rows 0"),
-        ({"batch": [1, 0]}, "profiles.batch", "positive integer"),
+        ({"ttft_ms_p90": [10.0, -1.0]}, "profiles.rows[1].ttft_ms_p90", "rows 1 (m/d/tp1/b4/p128)"),
+        ({"tbt_ms_p90": [np.inf, 6.0]}, "profiles.rows[0].tbt_ms_p90", "rows 0"),
+        ({"batch": [1, 0]}, "profiles.rows[1].batch", "positive integer"),
         ({"batch": [4, 4]}, "profiles", "duplicate"),
-        ({"ttft_ms_p50": [11.0, 1.0]}, "profiles.ttft_ms_p50", "ttft_ms_p50 > ttft_ms_p90"),
+        ({"ttft_ms_p50": [11.0, 1.0]}, "profiles.rows[0].ttft_ms_p50", "ttft_ms_p50 > ttft_ms_p90"),
     ],
 )
 def test_checks_name_the_rows(overrides, field, fragment):

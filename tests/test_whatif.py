@@ -644,3 +644,15 @@ def test_chunks_are_contiguous_of_about_equal_weight_and_the_highest_budget_goes
     assert chunks_of(list(range(4)), 2) == [[0, 1], [2, 3]]  # no budgets: equal counts
     assert sorted(i for chunk in chunks for i in chunk) == list(range(7))
     assert chunks_of([4, 2], 5) == [[4], [2]]  # never more chunks than points
+
+
+def test_http_a_base_request_over_a_server_cap_names_its_field_in_the_body():
+    """The cap check named `options.time_limit_s`, a path the what-if body does not have."""
+    from fleetplan.api.settings import Settings
+
+    body = _body()
+    body["base"]["options"]["time_limit_s"] = 100
+    with TestClient(app=create_app(settings=Settings(max_time_limit_s=60))) as client:
+        answer = _post(client, body)
+    assert answer.status_code == 422
+    assert answer.json()["field"] == "base.options.time_limit_s"

@@ -28,28 +28,19 @@ def _floor(field: str, value: float, setting: str, floor: float, what: str) -> N
         raise LimitExceeded(msg, field=field)
 
 
-def check_plan_limits(request: PlanRequest, settings: Settings) -> None:
-    """A 422 (LimitExceeded) naming the first cap `request` is over, before any work is spent on it."""
-    _cap("devices", len(request.devices), "max_devices", settings.max_devices, "devices")
-    _cap("workloads", len(request.workloads), "max_workloads", settings.max_workloads, "workloads")
-    _cap("links", len(request.links), "max_links", settings.max_links, "links")
+def check_plan_limits(request: PlanRequest, settings: Settings, *, at: str = "") -> None:
+    """A 422 (LimitExceeded) naming the first cap `request` is over, before any work is spent on it; `at`
+    is where the request sits in the body ("base." in a what-if), so that the field is the body's."""
+    _cap(f"{at}devices", len(request.devices), "max_devices", settings.max_devices, "devices")
+    _cap(f"{at}workloads", len(request.workloads), "max_workloads", settings.max_workloads, "workloads")
+    _cap(f"{at}links", len(request.links), "max_links", settings.max_links, "links")
     rows = request.profiles.rows
     if rows is not None:
-        _cap("profiles.rows", len(rows), "max_profile_rows", settings.max_profile_rows, "profile rows")
-    _cap(
-        "options.time_limit_s",
-        request.options.time_limit_s,
-        "max_time_limit_s",
-        settings.max_time_limit_s,
-        "seconds asked as time_limit_s",
-    )
-    _floor(
-        "options.time_limit_s",
-        request.options.time_limit_s,
-        "min_time_limit_s",
-        settings.min_time_limit_s,
-        "seconds asked as time_limit_s",
-    )
+        _cap(f"{at}profiles.rows", len(rows), "max_profile_rows", settings.max_profile_rows, "profile rows")
+    asked = request.options.time_limit_s
+    what = "seconds asked as time_limit_s"
+    _cap(f"{at}options.time_limit_s", asked, "max_time_limit_s", settings.max_time_limit_s, what)
+    _floor(f"{at}options.time_limit_s", asked, "min_time_limit_s", settings.min_time_limit_s, what)
 
 
 def check_upload_limits(upload: ProfileUpload, settings: Settings) -> None:

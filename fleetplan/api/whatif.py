@@ -95,7 +95,7 @@ async def post_whatif(
         raise InputError(f"unknown plot {plot!r}; one of {', '.join(PLOTS)}", field="plot")
     if plot == "heatmap" and len(data.axes) != 2:
         raise InputError("heatmap needs a sweep over two axes", field="plot")
-    check_plan_limits(data.base, state.settings)
+    check_plan_limits(data.base, state.settings, at="base.")
     form = _form(request.headers.get("accept", ""), plot)
     store: ProfileStore = state.store
     pool: SolvePool = state.solves

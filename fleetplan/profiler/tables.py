@@ -38,6 +38,12 @@ def _rows_label(frame: pd.DataFrame, mask: np.ndarray, limit: int = 5) -> str:
     return f"rows {', '.join(shown)}{more}"
 
 
+def _row_field(frame: pd.DataFrame, mask: np.ndarray, column: str) -> str:
+    """The field of the first offending row: `profiles.rows[3].tbt_ms_p90` (the row's index: its place
+    in a request's inline rows, or its data row in a set's CSV)."""
+    return f"profiles.rows[{frame.index[np.argmax(mask)]}].{column}"
+
+
 def check_columns(frame: pd.DataFrame) -> None:
     """Key columns and at least one TTFT and one TBT column are present."""
     missing = [c for c in KEY_COLUMNS if c not in frame.columns]
@@ -58,12 +64,12 @@ def check_keys_valid(frame: pd.DataFrame) -> None:
         bad = ~np.isfinite(values) | (values < 1) | (values != np.round(values))
         if bad.any():
             msg = f"{column} must be a positive integer: {_rows_label(frame, bad)}"
-            raise ProfileMissing(msg, field=f"profiles.{column}")
+            raise ProfileMissing(msg, field=_row_field(frame, bad, column))
     for column in ("model", "device"):
         bad = frame[column].isna().to_numpy() | (frame[column].astype(str).str.len() == 0).to_numpy()
         if bad.any():
             msg = f"{column} is empty in {int(bad.sum())} row(s)"
-            raise ProfileMissing(msg, field=f"profiles.{column}")
+            raise ProfileMissing(msg, field=_row_field(frame, bad, column))
 
 
 def check_latencies_positive(frame: pd.DataFrame) -> None:
@@ -73,7 +79,7 @@ def check_latencies_positive(frame: pd.DataFrame) -> None:
         bad = np.isinf(values) | (values <= 0)
         if bad.any():
             msg = f"{column} must be finite and > 0: {_rows_label(frame, bad)}"
-            raise ProfileMissing(msg, field=f"profiles.{column}")
+            raise ProfileMissing(msg, field=_row_field(frame, bad, column))
 
 
 def check_percentiles_ordered(frame: pd.DataFrame) -> None:
@@ -85,7 +91,7 @@ def check_percentiles_ordered(frame: pd.DataFrame) -> None:
             bad = lo > hi * (1 + 1e-9)
             if bad.any():
                 msg = f"{metric}_ms_p{low} > {metric}_ms_p{high}: {_rows_label(frame, bad)}"
-                raise ProfileMissing(msg, field=f"profiles.{metric}_ms_p{low}")
+                raise ProfileMissing(msg, field=_row_field(frame, bad, f"{metric}_ms_p{low}"))
 
 
 def check_unique_keys(frame: pd.DataFrame) -> None:
