@@ -106,3 +106,23 @@ def test_a_replan_with_every_solve_slot_busy_answers_503_at_once(client):
     assert busy.headers["content-type"].startswith("application/problem+json")
     assert int(busy.headers["Retry-After"]) >= 1
     assert client.get("/fleets/tiny/runs").json() == []  # refused before any run was recorded
+
+
+def test_an_unreachable_database_at_start_up_leaves_the_planner_serving(capfd):
+    """With FLEETPLAN_DATABASE_URL unreachable the server did not start at all (exit 3), /plan included."""
+    app = create_app(
+        settings=Settings(allow_anonymous_writes=True),
+        database_url="postgresql+psycopg://fleetplan:secret@127.0.0.1:1/none",  # nothing listens on port 1
+    )
+    with TestClient(app=app) as client:
+        assert client.get("/health").status_code == 200
+        planned = client.post("/plan", json=to_builtins(tiny_request()))
+        assert planned.status_code == 200, planned.text
+        fleets = client.get("/fleets")
+        assert fleets.status_code == 503
+        assert fleets.json()["type"].endswith("store-unavailable")
+        assert "secret" not in fleets.text
+    logged = capfd.readouterr().err
+    assert "store unavailable at start-up" in logged
+    assert "fleetplan:***@127.0.0.1:1/none" in logged
+    assert "secret" not in logged

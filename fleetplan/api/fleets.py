@@ -6,6 +6,7 @@ database is opened, and migrated, at server start when a URL is configured ($FLE
 create_app's `database_url`), else at the first store request (the default SQLite file).
 """
 
+import logging
 import os
 import threading
 import time
@@ -27,7 +28,7 @@ from fleetplan.api.settings import Settings
 from fleetplan.api.workers import SolvePool, replan_in_child
 from fleetplan.models.base import NAME_PATTERN
 from fleetplan.models.codec import convert, decode, decode_request
-from fleetplan.models.errors import ClientGone, DeadlineExceeded, NotFound
+from fleetplan.models.errors import ClientGone, DeadlineExceeded, NotFound, StoreUnavailable
 from fleetplan.models.plan import PlanRequest
 from fleetplan.models.store import FleetRecord, PlanRecord, ReplanRequest, Run
 from fleetplan.replan.service import check_order
@@ -37,6 +38,7 @@ from fleetplan.store.repository import Repository
 WRITE = {"write": True}
 # a re-plan's simulation gate gets this long after its solve's budget (replan_budget_s)
 REPLAN_GATE_S = 120.0
+LOG = logging.getLogger("fleetplan.api")
 TAGS = ["fleets"]
 READ_PROBLEMS = _problems(400, 401, 404, 503)  # 400: a bad path or paging parameter
 WRITE_PROBLEMS = _problems(400, 401, 403, 404, 413, 415, 422, 503)  # 422: over a cap (PUT)
@@ -75,10 +77,16 @@ class StoreHandle:
 
 
 def open_store_at_startup(app: Litestar) -> None:
-    """Apply the migrations at server start when a database is configured (on_startup hook)."""
+    """Apply the migrations at server start when a database is configured (on_startup hook). A database
+    that cannot be used then is logged, not fatal: POST /plan, /whatif and /profiles do not need it, and
+    the store routes answer 503 `store-unavailable` (trying the database again on each request) until it
+    can be (before, the server did not start, and took the planner down with the store)."""
     handle: StoreHandle = app.state.fleet_store
     if handle.configured:
-        handle.get()
+        try:
+            handle.get()
+        except StoreUnavailable as error:
+            LOG.error("store unavailable at start-up; its routes answer 503 until it is reachable: %s", error)
 
 
 class FleetBody(_CodecDTO, AbstractDTO[PlanRequest]):
