@@ -374,3 +374,26 @@ def test_a_replan_is_killed_at_its_deadline_and_its_run_marked_failed(
     assert _gone(int(hanging.read_text()))
     assert [(r["status"], r["reason"].split(":")[0]) for r in runs] == [("failed", "stopped")]
     assert not pool._children
+
+
+def test_json_logs_are_one_object_per_line_for_the_migrations_too(capsys) -> None:
+    """`serve` with FLEETPLAN_LOG_FORMAT=json wrote Alembic's start-up lines (the migrations) as plain text,
+    one of them over four lines, through the root logger's default format."""
+    import logging.config
+
+    from fleetplan.api.observe import configure_logging
+
+    logging.config.dictConfig(configure_logging("json", "info"))
+    try:
+        logging.getLogger("alembic.runtime.migration").info(
+            "Running upgrade 0001 -> 0002, runs' owner\nand beat"
+        )
+        logging.getLogger("fleetplan.api").warning("store unavailable")
+    finally:
+        for name in ("fleetplan", "uvicorn", "alembic"):
+            logging.getLogger(name).handlers.clear()
+            logging.getLogger(name).propagate = True
+    lines = capsys.readouterr().err.strip().splitlines()
+    records = [json.loads(line) for line in lines]
+    assert [r["logger"] for r in records] == ["alembic.runtime.migration", "fleetplan.api"]
+    assert records[0]["message"] == "Running upgrade 0001 -> 0002, runs' owner\nand beat"

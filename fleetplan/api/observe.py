@@ -198,7 +198,7 @@ def configure_logging(log_format: str, level: str) -> dict[str, Any]:
     }
     loggers = {
         name: {"handlers": ["main"], "level": level.upper(), "propagate": False}
-        for name in ("fleetplan", "uvicorn")
+        for name in ("fleetplan", "uvicorn", "alembic")  # alembic: the migrations run at start-up
     }
     loggers["uvicorn.access"] = {
         "handlers": [],
