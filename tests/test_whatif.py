@@ -656,3 +656,31 @@ def test_http_a_base_request_over_a_server_cap_names_its_field_in_the_body():
         answer = _post(client, body)
     assert answer.status_code == 422
     assert answer.json()["field"] == "base.options.time_limit_s"
+
+
+def test_cli_refuses_an_unwritable_output_before_the_sweep(tmp_path, monkeypatch):
+    """Found after the sweep, an unwritable --plot directory was a FileNotFoundError traceback (the sweep
+    lost); an unreachable scheduler was a 70-line traceback."""
+    from fleetplan.whatif import executors
+
+    request = tmp_path / "tiny.json"
+    request.write_bytes(encode(two_types(small={"max_count": 3}, big={"max_count": 1})))
+    runner = CliRunner()
+    args = ["whatif", str(request), "--axis", "budget_per_hour=1,2", "--no-progress", "--workers", "1"]
+    blocked = tmp_path / "file"
+    blocked.write_text("")
+    plot = runner.invoke(main, [*args, "--plot", str(blocked / "dir")])
+    assert plot.exit_code == 2
+    assert plot.stderr.startswith(f"error: --plot: cannot make '{blocked / 'dir'}': Not a directory")
+    csv = runner.invoke(main, [*args, "--csv", str(tmp_path / "absent" / "points.csv")])
+    assert csv.exit_code == 2
+    assert "error: --csv: cannot write" in csv.stderr
+
+    class Unreachable:
+        def Client(self, address, timeout):  # noqa: N802 (distributed.Client)
+            raise OSError(f"Timed out trying to connect to {address} after {timeout}")
+
+    monkeypatch.setattr(executors, "_distributed", Unreachable)
+    dask = runner.invoke(main, [*args[:-2], "--scheduler", "tcp://127.0.0.1:1"])
+    assert dask.exit_code == 2
+    assert dask.stderr.startswith("error: scheduler: cannot reach the Dask scheduler at tcp://127.0.0.1:1")

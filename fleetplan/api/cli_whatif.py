@@ -113,6 +113,7 @@ def whatif_command(
 
     try:
         request = _whatif_request(file, axes, baselines, marginal)
+        _check_writable(csv_path, plot_dir)  # before the sweep, not after it
         executor = make_executor(workers, scheduler)
         with progress_bar("what-if points", progress) as update:
             result = run_whatif(request, executor, progress=update)
@@ -134,6 +135,26 @@ def whatif_command(
         click.echo(msgspec.json.format(encode(result), indent=2).decode())
     elif csv_path is None or str(csv_path) != "-":
         click.echo(render_points(result), nl=False)
+
+
+def _check_writable(csv_path: Path | None, plot_dir: Path | None) -> None:
+    """InputError naming --plot or --csv when the directory cannot be made or the file's folder is not
+    one this process can write (found after the sweep, that was a traceback and the sweep lost)."""
+    import os
+
+    from fleetplan.models.errors import InputError
+
+    if plot_dir is not None:
+        try:
+            plot_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as error:
+            raise InputError(f"cannot make {str(plot_dir)!r}: {error.strerror}", field="--plot") from error
+    if csv_path is not None and str(csv_path) != "-":
+        folder = csv_path.parent
+        if not folder.is_dir() or not os.access(folder, os.W_OK):
+            raise InputError(
+                f"cannot write {str(csv_path)!r}: no writable folder {str(folder)!r}", field="--csv"
+            )
 
 
 def render_points(result: "WhatIfResult") -> str:

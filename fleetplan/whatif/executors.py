@@ -92,7 +92,11 @@ class DaskCluster:
         if self.client is not None:
             return self.client
         if self._own is None:
-            self._own = _distributed().Client(self.address, timeout="10s")
+            try:
+                self._own = _distributed().Client(self.address, timeout="10s")
+            except (OSError, TimeoutError) as error:  # unreachable, refused, or not a scheduler
+                msg = f"cannot reach the Dask scheduler at {self.address}: {error}"
+                raise InputError(msg, field="scheduler") from error
         return self._own
 
     def run(self, fn: Task, ctx: Any, chunks: list[list[int]], done: Progress) -> list[Any]:
