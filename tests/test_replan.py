@@ -416,3 +416,20 @@ def test_profiles_null_keeps_a_bundled_set_and_passes_over_broken_or_same_day_se
     assert newest_profiles(mine, store) == ProfilesSpec(set="mine")
     store_without_mine = _store_with(tmp_path / "b", {"same-day": (rows, "2025-11-22")})
     assert newest_profiles(paper, store_without_mine) == ProfilesSpec(set="paper")
+
+
+def test_replan_usage_errors_exit_1_as_the_contract_says(tmp_path):
+    """The contract's replan exit codes are 0, 3 and 1; click's usage errors exited 2, and forecast
+    options without --traffic were ignored (exit 0, a plan at the fleet's own rates)."""
+    runner = CliRunner()
+    env = {"FLEETPLAN_DATABASE_URL": f"sqlite:///{tmp_path / 'r.db'}"}
+    cases = {
+        ("--traffic", str(tmp_path / "absent.csv")): "does not exist",
+        ("--max-moves", "-1"): "-1 is not in the range",
+        ("--traffic-format", "xx"): "'xx' is not one of",
+        ("--quantile", "2"): "--quantile: options of observed traffic; give --traffic FILE too",
+    }
+    for args, says in cases.items():
+        result = runner.invoke(main, ["replan", "web", *args], env=env)
+        assert result.exit_code == 1, (args, result.output)
+        assert says in result.stderr

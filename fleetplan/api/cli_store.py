@@ -229,6 +229,23 @@ def runs_command(name: str, database_url: str | None, as_json: bool, limit: int)
     click.echo(_table(["id", "status", "moves", "plan", "started_at", "reason"], rows))
 
 
+TRAFFIC_OPTIONS = ("traffic_format", "interval", "forecast", "horizon", "quantile")
+
+
+def _traffic_options_need_traffic(options: dict[str, Any]) -> None:
+    """A usage error (exit 1) for forecast options given without --traffic: they were silently ignored
+    (`replan web --quantile 2` promoted a plan at the fleet's own rates)."""
+    from click.core import ParameterSource
+
+    context = click.get_current_context()
+    given = [n for n in TRAFFIC_OPTIONS if context.get_parameter_source(n) is not ParameterSource.DEFAULT]
+    if given and options["traffic"] is None:
+        flags = ", ".join(f"--{n.replace('_', '-')}" for n in given)
+        error = click.UsageError(f"{flags}: options of observed traffic; give --traffic FILE too", context)
+        error.exit_code = EXIT_ERROR
+        raise error
+
+
 def _replan_order(options: dict[str, Any]) -> Any:
     """The REPLAN the options describe, decoded through models.codec (same errors as the HTTP body)."""
     from fleetplan.models.codec import convert
@@ -261,7 +278,19 @@ def _replan_order(options: dict[str, Any]) -> Any:
     return convert(order, ReplanRequest)
 
 
-@click.command("replan")
+class ReplanCommand(click.Command):
+    """`fleetplan replan` exits 1 on a usage error (a missing --traffic file, --max-moves -1), not click's
+    2: its exit codes are the contract's, 0 / 3 / 1, which a nightly job's alerting reads."""
+
+    def make_context(self, *args: Any, **kwargs: Any) -> click.Context:
+        try:
+            return super().make_context(*args, **kwargs)
+        except click.UsageError as error:
+            error.exit_code = EXIT_ERROR
+            raise
+
+
+@click.command("replan", cls=ReplanCommand)
 @click.argument("name")
 @click.option(
     "--traffic", type=click.Path(exists=True, dir_okay=False, path_type=Path), help="Observed traffic."
@@ -305,6 +334,7 @@ def replan_command(name: str, database_url: str | None, as_json: bool, **options
     from fleetplan.models.errors import PlannerError
     from fleetplan.replan import replan
 
+    _traffic_options_need_traffic(options)
     try:
         order = _replan_order(options)
         run = replan(_repository(database_url), name, order)
