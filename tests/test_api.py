@@ -589,3 +589,16 @@ def test_a_body_that_is_not_utf8_is_a_400_not_a_500(client: TestClient, path: st
     assert b"\xff" in content
     response = client.post(path, content=content, headers={"content-type": "application/json"})
     assert_problem(response, 400, says="the JSON is not UTF-8: byte(s) b'\\xff' at offset")
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({"links": []}, "devices"),
+        ({"devices": [{"name": "a", "count": 1}], "workloads": [{}]}, "workloads[0].name"),
+    ],
+)
+def test_a_missing_required_field_is_named_as_the_field(client: TestClient, body: dict, field: str) -> None:
+    """A missing top-level field came back with no `field` member ("Object missing required field
+    `devices`"), a nested one as its parent object (workloads[0])."""
+    assert_problem(post(client, body), 400, field, says="required field missing")
