@@ -3,8 +3,10 @@ single plans (fleetplan.solver.plan, the function behind POST /plan)."""
 
 import json
 import random
+import re
 import xml.etree.ElementTree as ET
 
+import click
 import msgspec
 import pytest
 from click.testing import CliRunner
@@ -684,3 +686,20 @@ def test_cli_refuses_an_unwritable_output_before_the_sweep(tmp_path, monkeypatch
     dask = runner.invoke(main, [*args[:-2], "--scheduler", "tcp://127.0.0.1:1"])
     assert dask.exit_code == 2
     assert dask.stderr.startswith("error: scheduler: cannot reach the Dask scheduler at tcp://127.0.0.1:1")
+
+
+@pytest.mark.parametrize(
+    ("spec", "says"),
+    [
+        ("budget_per_hour=1:2", "a range is START:STOP:NUM (three numbers), got 2"),
+        ("budget_per_hour=1:2:3:4", "got 4"),
+        ("budget_per_hour=1:x:3", "could not convert string to float: 'x'"),
+        ("budget_per_hour", "give PARAM=START:STOP:NUM or PARAM=V1,V2,..."),
+    ],
+)
+def test_cli_axis_specs_are_explained(spec, says):
+    """`budget_per_hour=1:2` said "not enough values to unpack (expected 3, got 2)"."""
+    from fleetplan.api.cli_whatif import parse_axis
+
+    with pytest.raises(click.BadParameter, match=re.escape(says)):
+        parse_axis(spec)

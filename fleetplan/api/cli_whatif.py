@@ -23,7 +23,11 @@ def parse_axis(text: str) -> dict:
         raise click.BadParameter(msg, param_hint="--axis")
     try:
         if ":" in spec and "," not in spec:
-            start, stop, num = spec.split(":")
+            parts = spec.split(":")
+            if len(parts) != 3:
+                msg = f"{text!r}: a range is START:STOP:NUM (three numbers), got {len(parts)}"
+                raise click.BadParameter(msg, param_hint="--axis")
+            start, stop, num = parts
             return {"param": param, "start": float(start), "stop": float(stop), "num": int(num)}
         return {"param": param, "values": [float(v) for v in spec.split(",")]}
     except ValueError as error:
