@@ -194,7 +194,10 @@ def test_profiles_list_and_manifest(client: TestClient) -> None:
 
 
 def test_unknown_profile_set_manifest_is_404(client: TestClient) -> None:
-    assert_problem(client.get("/profiles/nope"), 404, says="unknown profile set 'nope'")
+    """The store's own not-found problem, naming the field, like an unknown fleet's (it was Litestar's
+    about:blank without a field)."""
+    problem = assert_problem(client.get("/profiles/nope"), 404, "name", says="unknown profile set 'nope'")
+    assert problem["type"] == "urn:fleetplan:problem:not-found"
 
 
 def test_openapi_documents_plan_request_and_plan(client: TestClient) -> None:

@@ -21,7 +21,7 @@ from litestar.datastructures import State
 from litestar.dto import AbstractDTO
 from litestar.dto.data_structures import DTOFieldDefinition
 from litestar.enums import HttpMethod, RequestEncodingType
-from litestar.exceptions import HTTPException, NotFoundException
+from litestar.exceptions import HTTPException
 from litestar.openapi import OpenAPIConfig, ResponseSpec
 from litestar.openapi.plugins import RedocRenderPlugin
 from litestar.openapi.spec import Reference, Schema
@@ -38,7 +38,7 @@ from fleetplan.api.service import check_plan_limits, check_upload_limits, upload
 from fleetplan.api.settings import Settings, load_settings
 from fleetplan.api.workers import Solved, SolvePool, server_context
 from fleetplan.models.codec import convert, decode, decode_request
-from fleetplan.models.errors import ClientGone, DeadlineExceeded, ServerBusy
+from fleetplan.models.errors import ClientGone, DeadlineExceeded, NotFound, ServerBusy
 from fleetplan.models.plan import Plan, PlanRequest
 from fleetplan.models.profile import ProfileSetManifest, ProfileUpload
 from fleetplan.profiler.store import ProfileStore, bundled_root
@@ -234,7 +234,7 @@ def get_profile(
 ) -> ProfileSetManifest:
     store: ProfileStore = state.store
     if name not in store.names():
-        raise NotFoundException(f"unknown profile set {name!r}; known sets: {store.names()}")
+        raise NotFound(f"unknown profile set {name!r}; known sets: {store.names()}", field="name")
     return store.manifest(name)
 
 

@@ -49,7 +49,7 @@ class PlanVerificationError(PlannerError):
 
 
 class NotFound(PlannerError):
-    """A stored fleet, plan or run of that name or id does not exist."""
+    """A stored fleet, plan, run or profile set of that name or id does not exist."""
 
     status_code = 404
     title = "Not found"
