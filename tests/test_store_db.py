@@ -20,7 +20,7 @@ from postgres_server import database_url_fixture, postgres_root_url_fixture  # n
 from store_helpers import QUICK_GATE, tiny_request
 
 from fleetplan.models.codec import decode, encode
-from fleetplan.models.errors import NotFound
+from fleetplan.models.errors import InputError, NotFound
 from fleetplan.models.plan import Plan
 from fleetplan.models.store import ProfileSetRecord, ReplanRequest
 from fleetplan.replan import replan
@@ -364,3 +364,12 @@ def test_two_writers_creating_one_fleet_do_not_fail(database_url, monkeypatch):
     assert repo.get_fleet("raced").request.workloads[0].rate_rps == 30.0
     assert [f.name for f in repo.list_fleets()] == ["raced"]
     repo.engine.dispose()
+
+
+def test_a_fleet_name_holding_a_slash_is_refused(tmp_path):
+    """`fleetplan fleet put x/y` stored a fleet no HTTP route could reach (404 on /fleets/x/y)."""
+    repo = open_repository(f"sqlite:///{tmp_path / 'store.db'}", migrate=True)
+    with pytest.raises(InputError, match="cannot hold '/'") as caught:
+        repo.put_fleet("x/y", tiny_request())
+    assert caught.value.field == "name"
+    assert repo.put_fleet("x.y:z+1", tiny_request()).version == 1  # the other name characters stay

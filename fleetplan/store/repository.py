@@ -386,11 +386,17 @@ class Repository:
 
 
 def check_fleet_name(name: str) -> str:
-    """A fleet's name follows the rules of every name in a request (InputError naming the field "name")."""
+    """A fleet's name follows the rules of every name in a request, without "/": it is one path segment
+    of /fleets/{name} (a fleet `a/b` put by the CLI could never be reached over HTTP). InputError naming
+    the field "name"."""
     try:
-        return msgspec.convert(name, Name)
+        checked = msgspec.convert(name, Name)
     except msgspec.ValidationError as error:
         raise InputError(str(error), field="name") from error
+    if "/" in checked:
+        msg = f"{name!r}: a fleet's name cannot hold '/' (it is one path segment of /fleets/{{name}})"
+        raise InputError(msg, field="name")
+    return checked
 
 
 def _newest_first(db, query, table, fleet_id: int, limit: int, offset: int) -> list:
