@@ -107,6 +107,20 @@ def test_paper_plan_beats_gpu_only_and_is_at_least_greedy():
     assert result.slo_rps >= result.baselines.greedy.slo_rps - 1e-6
 
 
+def test_the_gpu_only_baseline_finds_a_catalog_gpu_without_kind():
+    """The contract's example devices carry no `kind`; the baseline then found no GPU ("no device of kind
+    'gpu'") though a6000ada is one in the hardware catalog."""
+    from fleetplan.solver.baselines import baseline_device
+
+    request = fixture_request("paper")
+    bare = msgspec.structs.replace(
+        request, devices=[msgspec.structs.replace(d, kind=None) for d in request.devices]
+    )
+    assert baseline_device(bare) == "a6000ada"
+    renamed = [msgspec.structs.replace(d, name=f"my-{d.name}") for d in bare.devices]
+    assert baseline_device(msgspec.structs.replace(bare, devices=renamed)) is None  # unknown names: no guess
+
+
 def test_scarce_gpus_fleet_wide_milp_strictly_beats_greedy():
     """Under the v1 (flat) capacity model, the paper's story: the one GPU prefills for the accelerators."""
     request = fixture_request("scarce_gpus")

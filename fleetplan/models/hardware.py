@@ -196,4 +196,14 @@ HARDWARE: dict[str, HardwareSpec] = {
     )
 }
 
-__all__ = ["GIB_PER_S", "HARDWARE", "HardwareSpec"]
+
+def kind_of(name: str, kind: DeviceKind | None) -> DeviceKind | None:
+    """A device's kind: the one given, else the catalog's for a device of that name (a request written
+    like the contract's example, `{"name": "a6000ada", "count": 4}`, has no `kind`), else None."""
+    if kind is not None:
+        return kind
+    spec = HARDWARE.get(name)
+    return None if spec is None else spec.kind
+
+
+__all__ = ["GIB_PER_S", "HARDWARE", "HardwareSpec", "kind_of"]

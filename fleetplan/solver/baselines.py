@@ -14,6 +14,7 @@ import msgspec
 import numpy as np
 import pandas as pd
 
+from fleetplan.models.hardware import kind_of
 from fleetplan.models.plan import GpuOnlyBaseline, GreedyBaseline, PlanRequest
 from fleetplan.solver.backends import Sense
 from fleetplan.solver.candidates import Candidates, keep_pools
@@ -33,10 +34,11 @@ def _usage(request: PlanRequest, devices: dict[str, int]) -> Usage:
 
 
 def baseline_device(request: PlanRequest) -> str | None:
-    """options.baseline_device, else the first device of kind "gpu"."""
+    """options.baseline_device, else the first device of kind "gpu" (its `kind`, else the hardware
+    catalog's for its name: models.hardware.kind_of)."""
     if request.options.baseline_device is not None:
         return request.options.baseline_device
-    return next((d.name for d in request.devices if d.kind == "gpu"), None)
+    return next((d.name for d in request.devices if kind_of(d.name, d.kind) == "gpu"), None)
 
 
 def gpu_only(cand: Candidates, time_limit_s: float) -> GpuOnlyBaseline:
