@@ -271,8 +271,8 @@ BAD_BODIES = {
     "misspelt rate_rpss": (
         _mutate(lambda b: b["workloads"][0].update(rate_rpss=b["workloads"][0].pop("rate_rps"))),
         400,
-        "workloads[0]",
-        "unknown field `rate_rpss`",
+        "workloads[0].rate_rpss",
+        "unknown field",
     ),
     "empty workloads": (_mutate(lambda b: b.update(workloads=[])), 400, "workloads", "length >= 1"),
     "string for a number": (

@@ -1,6 +1,8 @@
 """The store's HTTP routes: fleets, plans, runs and replan over a real SQLite file, problem+json errors,
 write routes marked for the auth guard, and the schema documenting them."""
 
+import logging
+
 import pytest
 from litestar.testing import TestClient
 from store_helpers import tiny_request
@@ -108,8 +110,12 @@ def test_a_replan_with_every_solve_slot_busy_answers_503_at_once(client):
     assert client.get("/fleets/tiny/runs").json() == []  # refused before any run was recorded
 
 
-def test_an_unreachable_database_at_start_up_leaves_the_planner_serving(capfd):
+def test_an_unreachable_database_at_start_up_leaves_the_planner_serving():
     """With FLEETPLAN_DATABASE_URL unreachable the server did not start at all (exit 3), /plan included."""
+    records: list[logging.LogRecord] = []
+    handler = logging.Handler()
+    handler.emit = records.append  # type: ignore[method-assign]
+    logging.getLogger("fleetplan.api").addHandler(handler)
     app = create_app(
         settings=Settings(allow_anonymous_writes=True),
         database_url="postgresql+psycopg://fleetplan:secret@127.0.0.1:1/none",  # nothing listens on port 1
@@ -122,7 +128,8 @@ def test_an_unreachable_database_at_start_up_leaves_the_planner_serving(capfd):
         assert fleets.status_code == 503
         assert fleets.json()["type"].endswith("store-unavailable")
         assert "secret" not in fleets.text
-    logged = capfd.readouterr().err
+    logging.getLogger("fleetplan.api").removeHandler(handler)
+    logged = "\n".join(r.getMessage() for r in records)
     assert "store unavailable at start-up" in logged
     assert "fleetplan:***@127.0.0.1:1/none" in logged
     assert "secret" not in logged

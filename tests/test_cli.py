@@ -81,7 +81,7 @@ def test_time_limit_overrides_the_file(
         (lambda b: b["links"][0].update(target="b"), "links[0].target: unknown device 'b'"),
         (
             lambda b: b["workloads"][0].update(rate_rpss=1),
-            "workloads[0]: Object contains unknown field `rate_rpss`",
+            "workloads[0].rate_rpss: unknown field",
         ),
         (lambda b: b.update(profiles={"set": "nope"}), "profiles.set: unknown profile set 'nope'"),
     ],

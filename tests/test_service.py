@@ -383,16 +383,18 @@ def test_json_logs_are_one_object_per_line_for_the_migrations_too(capsys) -> Non
 
     from fleetplan.api.observe import configure_logging
 
+    loggers = [logging.getLogger(n) for n in ("fleetplan", "uvicorn", "uvicorn.access", "alembic")]
+    saved = [(logger.handlers[:], logger.propagate, logger.level) for logger in loggers]
     logging.config.dictConfig(configure_logging("json", "info"))
     try:
         logging.getLogger("alembic.runtime.migration").info(
             "Running upgrade 0001 -> 0002, runs' owner\nand beat"
         )
         logging.getLogger("fleetplan.api").warning("store unavailable")
-    finally:
-        for name in ("fleetplan", "uvicorn", "alembic"):
-            logging.getLogger(name).handlers.clear()
-            logging.getLogger(name).propagate = True
+    finally:  # the loggers as they were: the other tests of this process read them
+        for logger, (handlers, propagate, level) in zip(loggers, saved, strict=True):
+            logger.handlers[:] = handlers
+            logger.propagate, logger.level = propagate, level
     lines = capsys.readouterr().err.strip().splitlines()
     records = [json.loads(line) for line in lines]
     assert [r["logger"] for r in records] == ["alembic.runtime.migration", "fleetplan.api"]

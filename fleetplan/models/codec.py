@@ -32,14 +32,14 @@ def _input_error(error: msgspec.ValidationError) -> InputError:
     if relative:
         reason = reason[relative.end() :]
         path = f"{path}.{relative.group(1)}" if path else relative.group(1)
-    missing = _MISSING_FIELD.match(reason)
-    if missing:  # the field is the one missing, not the object around it (which has no path at the top)
-        reason = "required field missing"
-        path = f"{path}.{missing.group(1)}" if path else missing.group(1)
+    named = _NAMED_FIELD.match(reason)
+    if named:  # the field is the one missing or unknown, not the object around it (no path at the top)
+        reason = "required field missing" if named.group(1) == "missing required" else "unknown field"
+        path = f"{path}.{named.group(2)}" if path else named.group(2)
     return InputError(reason, field=path or None)
 
 
-_MISSING_FIELD = re.compile(r"^Object missing required field `([A-Za-z_][A-Za-z0-9_]*)`$")
+_NAMED_FIELD = re.compile(r"^Object (missing required|contains unknown) field `([^`]+)`$")
 
 
 def decode(data: bytes | str, type_: type[T]) -> T:
