@@ -605,3 +605,20 @@ def test_a_missing_required_field_is_named_as_the_field(client: TestClient, body
     """A missing top-level field came back with no `field` member ("Object missing required field
     `devices`"), a nested one as its parent object (workloads[0])."""
     assert_problem(post(client, body), 400, field, says="required field missing")
+
+
+def test_openapi_declares_every_error_as_a_problem_and_every_whatif_answer() -> None:
+    """Found by an audit against the contract: GET /profiles/{name}'s 400 was declared application/json,
+    POST /whatif's 200 only as JSON (it answers CSV, SVG and PNG too), and under FLEETPLAN_READ_AUTH no
+    read declared its 401."""
+    with TestClient(app=create_app(settings=Settings(read_auth=True, api_token="t"))) as guarded:
+        document = guarded.get("/schema/openapi.json", headers={"Authorization": "Bearer t"}).json()
+    for path, item in document["paths"].items():
+        for method, operation in item.items():
+            for status, response in operation["responses"].items():
+                if status[0] in "45":
+                    assert list(response["content"]) == [PROBLEM_JSON], (method, path, status)
+            if method == "get" and path != "/health":
+                assert "401" in operation["responses"], path
+    answers = document["paths"]["/whatif"]["post"]["responses"]["200"]["content"]
+    assert set(answers) == {"application/json", "text/csv", "image/svg+xml", "image/png"}

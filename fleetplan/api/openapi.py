@@ -15,6 +15,7 @@ import msgspec
 from litestar import Request
 from litestar.openapi.plugins import JsonRenderPlugin
 
+from fleetplan.api.auth import OPEN_PATHS
 from fleetplan.api.settings import Settings
 from fleetplan.models import jsonschema
 from fleetplan.models.plan import Options
@@ -81,10 +82,40 @@ def _integer_bounds(document: dict[str, Any]) -> None:
                             schema[key] = int(schema[key])
 
 
+PROBLEM = {"application/problem+json": {"schema": {"$ref": "#/components/schemas/Problem"}}}
+# what POST /whatif answers besides JSON: `Accept: text/csv`, or `?plot=` as SVG or PNG
+WHATIF_MEDIA = {
+    "text/csv": {"schema": {"type": "string", "description": "One row per point (whatif.to_csv)."}},
+    "image/svg+xml": {"schema": {"type": "string", "description": "The picture `?plot=` names."}},
+    "image/png": {"schema": {"type": "string", "format": "binary", "description": "The same, as PNG."}},
+}
+
+
+def _responses(document: dict[str, Any], settings: Settings) -> None:
+    """What Litestar's declarations cannot say: every error is a Problem (its own 400 for a bad path
+    parameter was declared as application/json), POST /whatif also answers CSV and pictures, and with
+    FLEETPLAN_READ_AUTH every read but /health may answer 401."""
+    for path, item in document.get("paths", {}).items():
+        for method, operation in item.items():
+            responses = operation.get("responses", {}) if isinstance(operation, dict) else {}
+            for status, response in responses.items():
+                if status[:1] in "45" and set(response.get("content", {})) != set(PROBLEM):
+                    response["content"] = copy.deepcopy(PROBLEM)
+            if path == "/whatif" and method == "post" and "200" in responses:
+                responses["200"].setdefault("content", {}).update(copy.deepcopy(WHATIF_MEDIA))
+            if settings.read_auth and method == "get" and path not in OPEN_PATHS and "401" not in responses:
+                responses["401"] = {
+                    "description": "Missing or invalid bearer token",
+                    "content": copy.deepcopy(PROBLEM),
+                }
+
+
 def refine(document: dict[str, Any], settings: Settings) -> dict[str, Any]:
-    """`document` (Litestar's) with every fleetplan Struct's schema replaced and the caps written in."""
+    """`document` (Litestar's) with every fleetplan Struct's schema replaced, the caps written in, and
+    the responses Litestar cannot declare (_responses)."""
     document = copy.deepcopy(document)
     _integer_bounds(document)
+    _responses(document, settings)
     schemas: dict[str, Any] = document.setdefault("components", {}).setdefault("schemas", {})
     structs = _structs()
     wire = [structs[name] for name in sorted(schemas) if name in structs]
