@@ -74,6 +74,11 @@ def test_store_errors_are_problems_naming_the_field(client):
     bad_moves = client.post("/fleets/tiny/replan", json={"max_moves": -1})
     assert bad_moves.status_code == 400
     assert bad_moves.json()["field"] == "max_moves"
+    # a REPLAN that no data can make right is refused before a run is recorded (it was a `failed` run)
+    no_traffic = client.post("/fleets/tiny/replan", json={"forecast": {"method": "constant"}})
+    assert no_traffic.status_code == 400
+    assert no_traffic.json()["field"] == "forecast"
+    assert client.get("/fleets/tiny/runs").json() == []
     unknown = client.post("/fleets/nope/replan", json={})
     assert unknown.status_code == 404
     assert "unknown fleet 'nope'" in unknown.json()["detail"]

@@ -71,8 +71,11 @@ def replan(
 
 
 def check_order(order: ReplanRequest) -> None:
-    """What a REPLAN asks that this installation cannot do, refused before any run is recorded (HTTP 400,
-    CLI exit 1): an ETS forecast without the `forecast` extra."""
+    """What a REPLAN asks that cannot be done whatever the data, refused before any run is recorded (HTTP
+    400, CLI exit 1): a forecast without observed traffic, an ETS forecast without the `forecast` extra.
+    What the data gets wrong (a traffic file, a profile set) is the run's `failed` status instead."""
+    if order.forecast is not None and order.traffic is None:
+        raise InputError("a forecast needs observed traffic; give 'traffic' too", field="forecast")
     if order.forecast is not None and order.forecast.method == "ets":
         from fleetplan.replan.forecast import ets_available
 
@@ -165,8 +168,6 @@ def replan_request(
     if order.profiles is not None:
         request = msgspec.structs.replace(request, profiles=order.profiles)
     if order.traffic is None:
-        if order.forecast is not None:
-            raise InputError("a forecast needs observed traffic; give 'traffic' too", field="forecast")
         return request, None
     rates = read_rates(request, order.traffic)
     report = forecast_classes(request, rates, order.forecast or ForecastSpec())
