@@ -8,6 +8,7 @@ import pandas as pd
 import pytest
 
 from fleetplan import fixtures
+from fleetplan.models.codec import read_request
 from fleetplan.models.fleet import Device
 from fleetplan.models.plan import Options, PlanRequest
 from fleetplan.models.profile import ProfileRow, ProfilesSpec
@@ -273,3 +274,49 @@ def test_simulate_command_shows_both_attainments(with_unserved_class, tmp_path):
     assert "of offered demand" in out.output
     row = next(line for line in out.output.splitlines() if line.startswith("1b-too-long"))
     assert row.split()[5:7] == ["0.0%", "0.0%"]  # attainment, of demand
+
+
+def test_a_trace_row_naming_no_model_is_routed_by_its_shape(paper_headroom):
+    """A blank `model` cell was the string "nan" and its row unrouted; " llama-3.2-1b" missed its model."""
+    request, _, _ = paper_headroom
+    frame = pd.DataFrame(
+        [(0, 100, 120, None), (1, 600, 130, ""), (2, 2000, 100, " llama-3.2-1b")],
+        columns=["TIMESTAMP", "ContextTokens", "GeneratedTokens", "model"],
+    )
+    mapped = map_trace_to_classes(request, load_trace(frame))
+    assert [request.workloads[i].name for i in mapped] == ["1b-short", "1b-medium", "1b-long"]
+
+
+def test_simulate_command_refuses_what_it_cannot_replay(tmp_path):
+    """Each of these was a Python traceback (exit 1), or a replay of a plan of another request: 4 GPUs
+    simulated for a fleet of 1."""
+    from click.testing import CliRunner
+
+    from fleetplan.api.cli import main
+    from fleetplan.models.codec import encode
+
+    runner = CliRunner()
+    paper = fixtures.request_path("paper")
+    plan_file = tmp_path / "plan.json"
+    plan_file.write_bytes(encode(plan(read_request(paper), with_baselines=False)))
+    base = ["simulate", str(plan_file), "--request", str(paper), "--duration", "20"]
+    empty, late = tmp_path / "empty.csv", tmp_path / "late.csv"
+    empty.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n")
+    late.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n0,128,128\n1,128,128\n")
+    cases = {
+        ("--duration", "0"): "duration_s: 0.0 cannot be simulated",
+        ("--rate-scale", "nan"): "rate_scale: nan cannot be simulated",
+        ("--duration", "1e12"): "duration_s: 5.6e+13 arrivals expected",
+        ("--seed", "-1"): "seed: -1 cannot be simulated",
+        ("--plot", str(tmp_path / "p.txt")): "a picture is one of .png, .svg, .pdf",
+        ("--trace", str(empty)): "--trace: ",
+        ("--trace", str(late)): "the trace spans 1 s and the measured window starts at 60 s",
+        (
+            "--request",
+            str(fixtures.request_path("scarce_gpus")),
+        ): "plan: the plan uses 4 a6000ada, the request has 1",
+    }
+    for args, says in cases.items():
+        result = runner.invoke(main, [*base, *args])
+        assert result.exit_code == 2, (args, result.output)
+        assert says in result.stderr, (args, result.stderr)

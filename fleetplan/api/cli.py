@@ -18,6 +18,8 @@ import click
 from fleetplan.api.cli_store import register as register_store_commands
 
 if TYPE_CHECKING:
+    import pandas as pd
+
     from fleetplan.models.errors import PlannerError
     from fleetplan.models.plan import PlanRequest
     from fleetplan.profiler.calibrate import Calibration
@@ -539,6 +541,11 @@ def simulate_command(
     from fleetplan.solver.pipeline import resolve_profiles
 
     try:
+        if plot is not None and plot.suffix.lower() not in PLOT_SUFFIXES:
+            msg = f"{str(plot)!r}: a picture is one of {', '.join(PLOT_SUFFIXES)}"
+            raise InputError(msg, field="--plot")
+        if trace is not None:
+            _check_trace_window(_check_trace(trace), warmup, duration)
         if request_file is not None:
             request = read_request(request_file)
             planned = decode(file.read_bytes(), Plan)
@@ -581,6 +588,43 @@ def simulate_command(
     buffer = io.StringIO()
     render_simulation(report, buffer)
     click.echo(buffer.getvalue(), nl=False)
+
+
+PLOT_SUFFIXES = (".png", ".svg", ".pdf")
+
+
+def _check_trace(path: Path) -> "pd.DataFrame":
+    """The --trace file as simulator.arrivals.load_trace reads it (read up front, so that a bad file is an
+    InputError naming --trace: it was a traceback for an empty, ragged, non-UTF-8 or badly dated file)."""
+    import pandas as pd
+
+    from fleetplan.models.errors import InputError
+    from fleetplan.simulator.arrivals import load_trace
+
+    try:
+        return load_trace(path)
+    except OSError as error:
+        raise InputError(f"cannot read {str(path)!r}: {error.strerror}", field="--trace") from error
+    except (ValueError, KeyError, IndexError, TypeError, pd.errors.ParserError) as error:
+        raise InputError(f"{str(path)!r}: {error}", field="--trace") from error
+
+
+def _check_trace_window(frame: "pd.DataFrame", warmup: float, duration: float) -> None:
+    """InputError when the trace ends before the measured window starts (nothing would be measured, and
+    the report read "attainment 100.0% ... (0.00 RPS)"); a warning when it ends inside it (the rates
+    measured are the trace's over the whole window, its silent end included)."""
+    from fleetplan.models.errors import InputError
+
+    span = float(frame["t_s"].max())
+    if span < warmup:
+        msg = f"the trace spans {span:g} s and the measured window starts at {warmup:g} s: lower --warmup"
+        raise InputError(msg, field="--trace")
+    if span < warmup + duration:
+        click.echo(
+            f"warning: the trace spans {span:g} s, less than the {warmup + duration:g} s of warm-up and "
+            f"measured window: the rates below count its silent end (use --duration {span - warmup:g})",
+            err=True,
+        )
 
 
 register_store_commands(main)  # fleet, plans, runs, replan, db (fleetplan/api/cli_store.py)

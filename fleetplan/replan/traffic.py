@@ -28,7 +28,7 @@ import pandas as pd
 from fleetplan.models.errors import InputError
 from fleetplan.models.plan import PlanRequest
 from fleetplan.models.store import TrafficSpec
-from fleetplan.simulator.arrivals import finite_column, load_trace, map_trace_to_classes, tokens
+from fleetplan.simulator.arrivals import finite_column, load_trace, map_trace_to_classes, model_column, tokens
 
 FIELD = "traffic.path"
 
@@ -117,7 +117,7 @@ def read_mooncake(path: Path) -> pd.DataFrame:
         }
     )
     if "model" in frame.columns:
-        out["model"] = frame["model"].astype(str).to_numpy()
+        out["model"] = model_column(frame["model"])
     return out.sort_values("t_s", kind="stable").reset_index(drop=True)
 
 
@@ -156,8 +156,8 @@ def _rates_from_requests(request: PlanRequest, rows: pd.DataFrame, interval_s: f
     names = [w.name for w in request.workloads]
     frame = pd.DataFrame(counts / interval_s, columns=names)
     unobserved = []
-    if "model" in rows.columns:  # without it every row may go to every class: each class is observed
-        seen = set(rows["model"])
+    seen = set(rows["model"]) if "model" in rows.columns else {""}
+    if "" not in seen:  # a row that names no model may go to every class: then each class is observed
         unobserved = [w.name for w in request.workloads if w.model not in seen]
     counted_rows = int((bins >= 0).sum())
     return Rates(frame, interval_s, counted_rows, int(((bins >= 0) & (classes < 0)).sum()), unobserved)

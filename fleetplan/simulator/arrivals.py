@@ -59,6 +59,8 @@ def load_trace(source) -> pd.DataFrame:
     if missing:
         msg = f"trace: missing column(s) {missing}; expected TIMESTAMP,ContextTokens,GeneratedTokens"
         raise ValueError(msg)
+    if frame.empty:
+        raise ValueError("trace: no rows")
     stamps = frame["TIMESTAMP"]
     if pd.api.types.is_numeric_dtype(stamps):
         seconds = finite_column(stamps, "TIMESTAMP")
@@ -78,15 +80,20 @@ def load_trace(source) -> pd.DataFrame:
         }
     )
     if "model" in frame.columns:
-        out["model"] = frame["model"].astype(str).to_numpy()
+        out["model"] = model_column(frame["model"])
     return out.sort_values("t_s", kind="stable").reset_index(drop=True)
+
+
+def model_column(values: pd.Series) -> np.ndarray:
+    """A trace's `model` column as names without surrounding blanks; a row that names none is ""."""
+    return values.fillna("").astype(str).str.strip().to_numpy(dtype=object)
 
 
 def map_trace_to_classes(request: PlanRequest, trace: pd.DataFrame) -> np.ndarray:
     """Index of the nearest workload class per trace row: smallest squared distance in
     (log prompt_tokens, log output_tokens), so 2x too long counts the same at any scale; ties to the first
-    class listed. When the trace has a `model` column a row may only go to a class of its model; a row whose
-    model no class has gets -1."""
+    class listed. When the trace has a `model` column a row may only go to a class of its model (a row that
+    names no model, "", goes to the nearest class of any); a row whose model no class has gets -1."""
     lp = np.log(np.array([w.prompt_tokens for w in request.workloads], float))
     lo = np.log(np.array([w.output_tokens for w in request.workloads], float))
     tp = np.log(trace["prompt_tokens"].to_numpy(float))[:, None]
@@ -95,7 +102,8 @@ def map_trace_to_classes(request: PlanRequest, trace: pd.DataFrame) -> np.ndarra
     if "model" not in trace.columns:
         return np.argmin(distance, axis=1)
     models = np.array([w.model for w in request.workloads], dtype=object)
-    allowed = trace["model"].to_numpy(dtype=object)[:, None] == models[None, :]
+    named = trace["model"].to_numpy(dtype=object)[:, None]
+    allowed = (named == models[None, :]) | (named == "")
     nearest = np.argmin(np.where(allowed, distance, np.inf), axis=1)
     return np.where(allowed.any(axis=1), nearest, -1)
 

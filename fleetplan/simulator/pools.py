@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from fleetplan.models.errors import InputError
 from fleetplan.models.plan import Plan, PlanRequest, Pool
 from fleetplan.profiler.tables import ProfileTable
 from fleetplan.simulator.curves import Curve, CurveBook
@@ -105,8 +106,38 @@ class Fleet:
     network: KvNetwork
 
 
+def check_plan_matches(request: PlanRequest, plan: Plan) -> None:
+    """InputError (field "plan") unless `plan` can be a plan of `request`: the same classes in order, no
+    class served above its demand or other than its routes carry, and no device type used beyond what
+    the request has. A plan of another request (`fleetplan simulate PLAN --request OTHER`) was replayed
+    as given: 4 GPUs simulated for a request with 1, a class renamed, 16 RPS admitted of a 1 RPS demand."""
+    mine = [w.name for w in request.workloads]
+    theirs = [r.name for r in plan.workloads]
+    if mine != theirs:
+        raise InputError(f"the plan's classes {theirs} are not the request's {mine}", field="plan")
+    for w, result in zip(request.workloads, plan.workloads, strict=True):
+        carried = sum(route.rps for route in result.routes)
+        over = result.served_rps > w.rate_rps * (1 + 1e-6) + 1e-9
+        if over or abs(carried - result.served_rps) > 1e-6 * max(1.0, result.served_rps):
+            msg = (
+                f"class {w.name!r}: the plan serves {result.served_rps:g} rps over routes carrying "
+                f"{carried:g}, against a demand of {w.rate_rps:g} rps"
+            )
+            raise InputError(msg, field="plan")
+    capacity = {d.name: d.capacity for d in request.devices}
+    used: dict[str, int] = {}
+    for pool in plan.pools:
+        used[pool.device] = used.get(pool.device, 0) + pool.instances * pool.tp
+    for name, n in used.items():
+        if n > capacity.get(name, 0):
+            msg = f"the plan uses {n} {name}, the request has {capacity.get(name, 0)}"
+            raise InputError(msg, field="plan")
+
+
 def build_fleet(request: PlanRequest, plan: Plan, table: ProfileTable) -> Fleet:
-    """Pools and instances as the plan provisions them, each class's routes and the KV network."""
+    """Pools and instances as the plan provisions them, each class's routes and the KV network (after
+    check_plan_matches)."""
+    check_plan_matches(request, plan)
     nic = {d.name: (math.inf if d.network_gbps is None else d.network_gbps) for d in request.devices}
     pools: list[PoolState] = []
     by_key: dict = {}
@@ -146,7 +177,7 @@ def _serve(by_key: dict, book: CurveBook, w_index: int, w, owner: str, role: str
     key = (owner, role, ref.device, ref.tp, ref.batch, ref.group)
     if key not in by_key or not by_key[key].instances:
         msg = f"class {w.name!r}: route uses pool {key} that the plan does not provision"
-        raise ValueError(msg)
+        raise InputError(msg, field="plan")
     pool = by_key[key]
     if w_index not in pool.classes:
         pool.classes[w_index] = len(pool.ttft)

@@ -5,16 +5,18 @@ runtime pools, instances and latency curves (pools.py, curves.py), service times
 (service.py), the event loop (engine.py), and the metrics (report.py). docs/simulation.md has the semantics.
 """
 
+import math
 import time
 
 import numpy as np
 
+from fleetplan.models.errors import InputError
 from fleetplan.models.plan import Plan, PlanRequest
 from fleetplan.models.simulation import SimulationReport
 from fleetplan.profiler.tables import ProfileTable
 from fleetplan.simulator.arrivals import Arrivals, draw_routes, poisson_arrivals, trace_arrivals
 from fleetplan.simulator.engine import Engine
-from fleetplan.simulator.pools import Fleet, build_fleet
+from fleetplan.simulator.pools import Fleet, build_fleet, check_plan_matches
 from fleetplan.simulator.report import Run, Settings, build_report
 from fleetplan.simulator.service import ProfileService, ServiceModel
 
@@ -77,13 +79,13 @@ def replay(
     model (`ProfileService(deterministic)`), what `simulate` always uses; a test may pass another model
     (e.g. `ExponentialService`) to check the engine against closed forms.
     """
-    if duration_s <= 0 or warmup_s < 0 or rate_scale <= 0:
-        raise ValueError("duration_s > 0, warmup_s >= 0 and rate_scale > 0 are required")
     if service is not None and deterministic:
         raise ValueError("deterministic applies to the profile's latency model; pass one or the other")
     settings = Settings(
         duration_s, warmup_s, _drain_s(request, drain_s), seed, rate_scale, deterministic, keep_samples
     )
+    check_plan_matches(request, plan)
+    check_settings(settings, plan if trace is None else None)
     fleet = build_fleet(request, plan, table)
     streams = np.random.SeedSequence(seed).spawn(3)  # independent: arrivals, routes, latencies
     rng_arrivals, rng_routes, rng_latency = (np.random.default_rng(s) for s in streams)
@@ -113,6 +115,38 @@ def replay(
         events=engine.events,
         demand_rows=arrivals.demand_rows,
     )
+
+
+# Poisson arrivals one replay may draw (each costs ~200 bytes of the engine's per-request lists): about a
+# gigabyte; paper.json's 56 RPS reach it after ~25 simulated hours
+MAX_ARRIVALS = 5_000_000
+
+
+def check_settings(settings: Settings, plan: Plan | None) -> None:
+    """InputError naming the setting unless the window can be simulated: finite, positive duration and
+    rate scale, a warm-up of 0 or more, a seed numpy takes, and (Poisson arrivals from `plan`) fewer than
+    MAX_ARRIVALS expected arrivals. Before, a bad value was a ValueError from numpy (a traceback) and a
+    huge duration a failed 116 TiB allocation."""
+    checks = (
+        ("duration_s", settings.duration_s, math.isfinite(settings.duration_s) and settings.duration_s > 0),
+        ("warmup_s", settings.warmup_s, math.isfinite(settings.warmup_s) and settings.warmup_s >= 0),
+        ("rate_scale", settings.rate_scale, math.isfinite(settings.rate_scale) and settings.rate_scale > 0),
+        ("seed", settings.seed, 0 <= settings.seed < 2**63),
+    )
+    for field, value, ok in checks:
+        if not ok:
+            raise InputError(
+                f"{value!r} cannot be simulated: give a finite number > 0 (>= 0 for warmup_s and seed)",
+                field=field,
+            )
+    if plan is not None:
+        expected = sum(w.served_rps for w in plan.workloads) * settings.rate_scale * settings.t_stop
+        if expected > MAX_ARRIVALS:
+            msg = (
+                f"{expected:.3g} arrivals expected over {settings.t_stop:g} s, more than the "
+                f"{MAX_ARRIVALS:,} one replay draws: shorten the window or split it over seeds"
+            )
+            raise InputError(msg, field="duration_s")
 
 
 def _engine(fleet: Fleet, arrivals: Arrivals, routes: np.ndarray, service, settings: Settings) -> Engine:
