@@ -346,3 +346,16 @@ def test_estimate_figures_uses_each_figures_own_lengths() -> None:
     assert total == pytest.approx(first + 1023 * step)
     (row,) = estimate_rows(CATALOG["llama-3.1-8b"], HARDWARE["a100"], [1], [1], [1024], output_tokens=1024)
     assert (first, step) == pytest.approx((row.ttft_ms_p50, row.tbt_ms_p50), abs=1e-3)
+
+
+@pytest.mark.parametrize("value", [0.0, -1.0])
+def test_an_efficiency_factor_must_be_a_positive_share_of_peak(value):
+    """compute_eff 0 was a ValidationError deep in the estimator (a traceback); -1 estimated a 6,159 ms
+    TTFT at 101.7 ms."""
+    from fleetplan.models.codec import convert
+    from fleetplan.models.errors import InputError
+    from fleetplan.profiler.analytic import _GPU, KindFactors
+
+    factors = msgspec.to_builtins(_GPU)
+    with pytest.raises(InputError, match="compute_eff: Expected `float` > 0.0"):
+        convert({**factors, "compute_eff": value}, KindFactors)

@@ -326,3 +326,20 @@ def test_a_request_file_that_is_not_utf8_exits_2_with_its_offset(runner: CliRunn
     result = runner.invoke(main, ["plan", str(path)])
     assert result.exit_code == 2, result.output
     assert result.stderr.startswith("error: the JSON is not UTF-8: byte(s) b'\\xff' at offset")
+
+
+def test_profile_refuses_a_bad_name_or_output_before_measuring(runner: CliRunner, tmp_path: Path) -> None:
+    """Each was a traceback once the first point had been measured, or left a resume file behind."""
+    base = ["profile", "--backend", "analytic", "--device", "l4", "--models", "llama-3.1-8b"]
+    base += ["--batches", "1", "--prompts", "512"]
+    cases = {
+        ("--out", str(tmp_path / "s"), "--name", "a/b"): "error: name: 'a/b' cannot name a profile set",
+        ("--out", str(tmp_path / "s"), "--name", "paper"): "error: name: 'paper' is a bundled profile set",
+        ("--out", str(tmp_path / "file" / "s")): "error: out: cannot make",
+    }
+    (tmp_path / "file").write_text("")
+    for args, says in cases.items():
+        result = runner.invoke(main, [*base, *args])
+        assert result.exit_code == 2, (args, result.output)
+        assert result.stderr.startswith(says), result.stderr
+    assert not (tmp_path / "s").exists() or not any((tmp_path / "s").iterdir())  # no resume file left

@@ -172,3 +172,25 @@ def test_a_store_that_cannot_be_written_says_so_and_keeps_its_sets(tmp_path: Pat
     assert caught.value.status_code == 503
     assert ProfileStore([tmp_path]).load("s").sha256 == good
     assert [p.name for p in (tmp_path / VERSIONS).iterdir()] == [(tmp_path / "s").resolve().name]
+
+
+def test_set_names_are_ones_a_request_can_name_and_never_a_bundled_sets(tmp_path: Path) -> None:
+    """`profile --name 'ünï'` and `merge --name paper` wrote sets no request could name, or that shadowed
+    the bundled `paper` for every request naming it (POST /profiles already refused the latter)."""
+    store = ProfileStore([bundled_root(), tmp_path], writable=tmp_path)
+    with pytest.raises(InputError, match="cannot name a profile set"):
+        store.save("ünï", frame(), MANIFEST)
+    with pytest.raises(InputError, match="not ending in .partial.jsonl"):
+        store.save("x.partial.jsonl", frame(), MANIFEST)  # the profiler's resume file of set "x"
+    with pytest.raises(ProfileSetExists, match="'paper' is a bundled profile set") as caught:
+        store.save("paper", frame(), MANIFEST)
+    assert caught.value.status_code == 409
+    assert store.names() == ["paper", "synthetic"]
+
+
+def test_a_store_root_that_is_a_file_is_not_writable(tmp_path: Path) -> None:
+    """FLEETPLAN_PROFILE_STORE naming a file made POST /profiles answer 500 (FileExistsError)."""
+    afile = tmp_path / "afile"
+    afile.write_text("")
+    with pytest.raises(StoreNotWritable, match="cannot be written"):
+        ProfileStore([afile]).save("s", frame(), MANIFEST)

@@ -215,6 +215,24 @@ def profiles_command(as_json: bool, store_dir: Path | None) -> None:
         click.echo(f"{m.name.ljust(width)}  {m.rows:>6} rows  sha256 {m.sha256[:12]}  {description}")
 
 
+def _check_output(name: str, out: Path) -> None:
+    """The set's name (profiler.store.check_set_name: one a request can name, not a bundled set's) and an
+    OUT directory this process can make and write: checked before any work (an unwritable --out and a
+    name like 'a/b' were tracebacks once the first point was measured)."""
+    import os
+
+    from fleetplan.models.errors import InputError
+    from fleetplan.profiler.store import check_set_name
+
+    check_set_name(name)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise InputError(f"cannot make {str(out)!r}: {error.strerror}", field="out") from error
+    if not os.access(out, os.W_OK):
+        raise InputError(f"cannot write into {str(out)!r}", field="out")
+
+
 def _int_list(text: str) -> list[str]:
     return [part.strip() for part in text.split(",") if part.strip()]
 
@@ -314,6 +332,7 @@ def profile_command(
                 raise InputError(msg, field=key) from None
         grid = convert(raw, ProfileGrid)
         name = set_name or f"{backend}-{device}"
+        _check_output(name, out)  # before any point is measured or a resume file written
         options: dict[str, object] = _parse_engine_options(engine_options)
         if backend == "openai" and not endpoint:
             raise InputError("--backend openai needs --endpoint URL", field="endpoint")
@@ -416,7 +435,7 @@ def _read_calibration(path: Path) -> "Calibration":
     "--output-tokens",
     default=128,
     show_default=True,
-    type=int,
+    type=click.IntRange(1, 10_000_000),
     help="The output length SET was measured with (sets the decode context).",
 )
 @click.option(
@@ -438,7 +457,12 @@ def calibrate_command(set_name: str, store_dir: Path | None, output_tokens: int,
         _fail(error)
     click.echo(report(calibration))
     if out is not None:
-        out.write_bytes(encode(calibration))
+        try:
+            out.write_bytes(encode(calibration))
+        except OSError as error:
+            from fleetplan.models.errors import InputError
+
+            _fail(InputError(f"cannot write {str(out)!r}: {error.strerror}", field="out"))
         click.echo(f"wrote the fitted factors to {out}")
 
 

@@ -8,10 +8,10 @@ from datetime import UTC, datetime
 import msgspec
 
 from fleetplan.api.settings import Settings, env_name
-from fleetplan.models.errors import InputError, LimitExceeded, ProfileMissing, ProfileSetExists
+from fleetplan.models.errors import InputError, LimitExceeded, ProfileMissing
 from fleetplan.models.plan import PlanRequest
 from fleetplan.models.profile import ProfileSetManifest, ProfileUpload
-from fleetplan.profiler.store import ProfileStore, bundled_root
+from fleetplan.profiler.store import ProfileStore, check_set_name
 
 
 def _cap(field: str, count: int, setting: str, cap: float, what: str) -> None:
@@ -47,10 +47,6 @@ def check_upload_limits(upload: ProfileUpload, settings: Settings) -> None:
     _cap("rows", len(upload.rows), "max_profile_rows", settings.max_profile_rows, "profile rows")
 
 
-def bundled_names() -> list[str]:
-    return ProfileStore([bundled_root()]).names()
-
-
 def upload_profile_set(
     store: ProfileStore, upload: ProfileUpload, *, replace: bool, generator: str = "POST /profiles"
 ) -> ProfileSetManifest:
@@ -61,9 +57,7 @@ def upload_profile_set(
 
     from fleetplan.profiler.tables import check_rows_have_latencies
 
-    if upload.name in bundled_names():
-        msg = f"{upload.name!r} is a bundled profile set and cannot be replaced; choose another name"
-        raise ProfileSetExists(msg, field="name")
+    check_set_name(upload.name)  # a bundled set's name: 409 (a stored set would shadow it)
     frame = pd.DataFrame(msgspec.to_builtins(upload.rows))
     manifest = ProfileSetManifest(
         name=upload.name,

@@ -24,7 +24,7 @@ calibrated against the public measurements in docs/public-figures.md; docs/profi
 vs estimated.
 """
 
-from typing import NamedTuple
+from typing import Annotated, NamedTuple
 
 import msgspec
 import numpy as np
@@ -39,6 +39,13 @@ _GIB = 2**30
 _Z90_OVER_Z99 = 1.2816 / 2.3263
 
 
+# a share of a spec-sheet peak: above 0 (a factor of 0 divided by zero into an infinite latency; a negative
+# one estimated TTFT at 101.7 ms where 6158.9 was due), and below 10 (a fit above 1 means the catalog's peak
+# is low, which a calibration may correct, not an order of magnitude)
+Efficiency = Annotated[float, msgspec.Meta(gt=0, lt=10)]
+NonNegative = Annotated[float, msgspec.Meta(ge=0, lt=1e6)]
+
+
 class KindFactors(Base):
     """How close one device kind's serving stack gets to its spec sheet (fractions of peak, fixed costs).
 
@@ -51,15 +58,15 @@ class KindFactors(Base):
     j90, j99: relative spread of the 90th and 99th percentile over the median.
     """
 
-    compute_eff: float
-    mem_eff: float
-    comm_eff: float
-    step_us: float
-    prefill_overhead_ms: float
-    decode_overhead_ms: float
-    j90: float
-    j99: float
-    prefill_layer_ms: float = 0.0
+    compute_eff: Efficiency
+    mem_eff: Efficiency
+    comm_eff: Efficiency
+    step_us: NonNegative
+    prefill_overhead_ms: NonNegative
+    decode_overhead_ms: NonNegative
+    j90: NonNegative
+    j99: NonNegative
+    prefill_layer_ms: NonNegative = 0.0
 
 
 # Calibration against docs/public-figures.md; docs/profiles.md has the measured-vs-estimated table.

@@ -34,6 +34,7 @@ import msgspec
 import pandas as pd
 
 from fleetplan import fixtures
+from fleetplan.models.base import Name
 from fleetplan.models.errors import InputError, ProfileMissing, ProfileSetExists, StoreNotWritable
 from fleetplan.models.profile import ProfileSetManifest
 from fleetplan.profiler.tables import ProfileTable, csv_bytes, from_frame, read_csv
@@ -130,7 +131,7 @@ class ProfileStore:
         table checks (e.g. tables.check_no_nan for a measured set) run on the normalized table first.
         """
         root = self._writable_root()
-        _check_set_name(name)
+        check_set_name(name)
         table = from_frame(frame, name)  # every named check, before anything is written
         for check in checks:
             check(table.frame)
@@ -140,7 +141,7 @@ class ProfileStore:
         try:
             with _locked(root, name):  # one writer of a name at a time, across processes
                 if not replace and self.exists(name):
-                    msg = f"profile set {name!r} exists; replace it explicitly (POST /profiles?replace=true)"
+                    msg = f"profile set {name!r} exists; replace it explicitly (--replace, or ?replace=true)"
                     raise ProfileSetExists(msg, field="name")
                 self._write(root, name, data, manifest)
                 self._prune(name)
@@ -192,7 +193,11 @@ class ProfileStore:
                 "directory; the bundled fixtures are read-only"
             )
             raise StoreNotWritable(msg)
-        self.writable.mkdir(parents=True, exist_ok=True)
+        try:
+            self.writable.mkdir(parents=True, exist_ok=True)
+        except OSError as error:  # a file where the directory should be, no permission, a read-only disk
+            msg = f"profile store {str(self.writable)!r} cannot be written ({error.strerror or error})"
+            raise StoreNotWritable(msg) from error
         return self.writable
 
     def _prune(self, name: str) -> None:
@@ -241,11 +246,23 @@ def _locked(root: Path, name: str) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def _check_set_name(name: str) -> None:
-    """A set name is one directory name: no '/', no leading '.', no '..'."""
-    if not name or "/" in name or name.startswith(".") or name in {"..", "."}:
-        msg = f"{name!r} cannot name a profile set directory: no '/' and no leading '.'"
+def check_set_name(name: str, *, bundled_ok: bool = False) -> None:
+    """A set name a request can name (models.base.Name: letters, digits, `._:+-`, not starting with a
+    punctuation mark) that is one directory name (no '/'), is not a profiler's resume file
+    (`<set>.partial.jsonl`), and (unless `bundled_ok`) is not a bundled set's: a stored set of that name
+    would shadow it for every request that names it. InputError (or ProfileSetExists for a bundled name)
+    naming the field "name". The profile and merge commands call it before any work, POST /profiles and
+    ProfileStore.save before writing."""
+    try:
+        msgspec.convert(name, Name)
+    except msgspec.ValidationError as error:
+        raise InputError(f"{name!r} cannot name a profile set: {error}", field="name") from error
+    if "/" in name or name.endswith(".partial.jsonl"):
+        msg = f"{name!r} cannot name a profile set directory: no '/', and not ending in .partial.jsonl"
         raise InputError(msg, field="name")
+    if not bundled_ok and name in ProfileStore([bundled_root()]).names():
+        msg = f"{name!r} is a bundled profile set and cannot be replaced; choose another name"
+        raise ProfileSetExists(msg, field="name")
 
 
 def _write_synced(path: Path, data: bytes) -> None:
