@@ -35,11 +35,15 @@ class TinyServer(ThreadingHTTPServer):
     # Many concurrent connections at once (a batch opens one each): the default backlog of 5 is too small.
     request_queue_size = 256
 
-    def __init__(self, address: tuple[str, int], seed: int = 0, chunk_tokens: int = 1) -> None:
+    def __init__(
+        self, address: tuple[str, int], seed: int = 0, chunk_tokens: int = 1, continuous_usage: bool = True
+    ) -> None:
         super().__init__(address, _Handler)
         self.model = build_tiny_model(seed)
         self.vocab = int(self.model.config.vocab_size)
         self.chunk_tokens = chunk_tokens
+        # False: ignore continuous_usage_stats (usage only in the final event, as servers without it do)
+        self.continuous_usage = continuous_usage
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         """A client hanging up mid-stream is normal (timeouts, cancelled tests): no traceback on stderr."""
@@ -124,7 +128,7 @@ class _Handler(BaseHTTPRequestHandler):
             )
             return
         options = request.get("stream_options") or {}
-        continuous = bool(options.get("continuous_usage_stats"))
+        continuous = bool(options.get("continuous_usage_stats")) and self.server.continuous_usage
         self.send_response(200)
         self.send_header("content-type", "text/event-stream")
         self.send_header("cache-control", "no-cache")
@@ -190,9 +194,11 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 @contextlib.contextmanager
-def serve_tiny(seed: int = 0, chunk_tokens: int = 1) -> Iterator[TinyServer]:
+def serve_tiny(seed: int = 0, chunk_tokens: int = 1, continuous_usage: bool = True) -> Iterator[TinyServer]:
     """The server running in a daemon thread on 127.0.0.1:<free port>; shut down and closed on exit."""
-    server = TinyServer(("127.0.0.1", 0), seed=seed, chunk_tokens=chunk_tokens)
+    server = TinyServer(
+        ("127.0.0.1", 0), seed=seed, chunk_tokens=chunk_tokens, continuous_usage=continuous_usage
+    )
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     thread.start()
     try:

@@ -178,6 +178,25 @@ def test_openai_multi_token_chunks_use_usage_counts() -> None:
             blind.close()
 
 
+def test_openai_multi_token_chunks_with_usage_only_at_the_end_fail_the_batch() -> None:
+    """Chunks of 2 tokens, usage only in the final event: the missing tokens were spread over the ~0 ms
+    before that event (a 10 ms TBT measured at 2.5 ms p50) instead of failing, as docs/profiling.md says."""
+    with serve_tiny(seed=0, chunk_tokens=2, continuous_usage=False) as server:
+        engine = get_engine("openai", endpoint=server.url)
+        try:
+            with pytest.raises(EndpointError, match="text chunks without usage, then usage of"):
+                engine.run_batch(MODEL, 1, 1, 16, OUTPUT)
+        finally:
+            engine.close()
+    with serve_tiny(seed=0, chunk_tokens=1, continuous_usage=False) as server:  # one token per chunk: fine
+        engine = get_engine("openai", endpoint=server.url)
+        try:
+            (timing,) = engine.run_batch(MODEL, 1, 1, 16, OUTPUT)
+            assert len(timing.gaps_s) == OUTPUT - 1
+        finally:
+            engine.close()
+
+
 def test_openai_text_prompt_through_a_tokenizer(tiny_server: TinyServer) -> None:
     class Whitespace:
         def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
