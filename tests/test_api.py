@@ -622,3 +622,17 @@ def test_openapi_declares_every_error_as_a_problem_and_every_whatif_answer() -> 
                 assert "401" in operation["responses"], path
     answers = document["paths"]["/whatif"]["post"]["responses"]["200"]["content"]
     assert set(answers) == {"application/json", "text/csv", "image/svg+xml", "image/png"}
+
+
+def test_a_deeply_nested_body_after_a_whole_float_is_a_400(client: TestClient) -> None:
+    """The whole-float retry decoded the body untyped, and 1,000 nested arrays raised RecursionError: 500."""
+    body = '{"devices": [{"name": "a", "count": 1.0}], "zzz": ' + "[" * 5000 + "]" * 5000 + "}"
+    assert_problem(post(client, body), 400)
+
+
+def test_many_repeated_keys_are_named_once_each(client: TestClient) -> None:
+    """The duplicate-key check counted every key against the whole list (quadratic: 120,000 keys held the
+    event loop 4 s, /health included); it names each repeated key once."""
+    paper = json.dumps(json.loads(fixtures.request_path("paper").read_text()))
+    body = paper.replace('"rate_rps": 16.0', ", ".join(['"rate_rps": 16.0'] * 20_000), 1)
+    assert_problem(post(client, body), 400, "rate_rps", says="duplicate key(s) ['rate_rps']")

@@ -42,11 +42,12 @@ Total = Annotated[float, msgspec.Meta(ge=0)]
 
 
 def duplicates(names: list[str]) -> list[str]:
-    """Names that occur more than once, in first-seen order."""
+    """Names that occur more than once, in first-seen order (linear: a body of 60,000 repeated device names
+    took seconds with a list membership test, on the server's event loop)."""
     seen: set[str] = set()
-    repeated: list[str] = []
+    repeated: dict[str, None] = {}
     for name in names:
-        if name in seen and name not in repeated:
-            repeated.append(name)
+        if name in seen:
+            repeated[name] = None
         seen.add(name)
-    return repeated
+    return list(repeated)
