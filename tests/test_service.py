@@ -399,3 +399,44 @@ def test_json_logs_are_one_object_per_line_for_the_migrations_too(capsys) -> Non
     records = [json.loads(line) for line in lines]
     assert [r["logger"] for r in records] == ["alembic.runtime.migration", "fleetplan.api"]
     assert records[0]["message"] == "Running upgrade 0001 -> 0002, runs' owner\nand beat"
+
+
+def test_a_refused_request_is_freed_without_the_cycle_collector() -> None:
+    """until_disconnect kept the error it re-raised in a local: frame -> error -> traceback -> frame, so
+    each 503 held its decoded body until a full collection (RSS grew 0.5 -> 1.75 GB under refused 8 MB
+    bodies)."""
+    import gc
+    import weakref
+
+    import anyio
+
+    from fleetplan.api.app import until_disconnect
+    from fleetplan.models.errors import ServerBusy
+
+    class Body:
+        pass
+
+    refs: list[weakref.ref] = []
+
+    class Client:
+        async def receive(self) -> dict:
+            await anyio.sleep_forever()
+            return {}
+
+    async def refused() -> None:
+        body = Body()
+        refs.append(weakref.ref(body))
+        raise ServerBusy("every solve slot is busy")
+
+    async def call() -> None:
+        try:
+            await until_disconnect(Client(), refused)  # type: ignore[arg-type]
+        except ServerBusy:
+            pass
+
+    gc.disable()
+    try:
+        anyio.run(call)
+        assert refs[0]() is None  # freed by reference counting alone
+    finally:
+        gc.enable()

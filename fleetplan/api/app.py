@@ -188,7 +188,10 @@ async def until_disconnect(request: Request, work: Callable[[], Awaitable[T]]) -
             error = failed
         group.cancel_scope.cancel()
     if error is not None:
-        raise error
+        try:
+            raise error
+        finally:  # this frame -> error -> its traceback -> this frame: a cycle that kept every refused
+            error = None  # request's decoded body alive until a rare full collection (RSS 0.5 -> 1.75 GB)
     return result
 
 
