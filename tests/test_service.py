@@ -353,6 +353,29 @@ def test_a_whatif_sweep_is_killed_at_its_deadline(hanging: Path) -> None:
     assert not pool._children
 
 
+def test_a_long_sweep_is_killed_at_the_servers_max_sweep_s(hanging: Path) -> None:
+    """A 2,000-point grid's deadline was hours (POST /plan's per plan times its plans): one client held a
+    solve slot that long, and every other plan was refused."""
+    base = inline_request()
+    base["options"]["time_limit_s"] = 1
+    axes = [{"param": "demand_scale", "start": 0.5, "stop": 1.5, "num": 40}]
+    axes.append({"param": "slo_scale", "start": 1.0, "stop": 2.0, "num": 50})
+    body = {"base": base, "axes": axes, "marginal": False}
+    assert fleetplan.api.whatif.whatif_deadline_s(decode(json.dumps(body).encode(), WhatIfRequest)) > 3600
+    pool = SolvePool(slots=1, queue=1, context=cli_context)
+    app = create_app(ProfileStore([bundled_root()]), settings=Settings(max_sweep_s=1.5), pool=pool)
+    with TestClient(app) as client:
+        began = time.monotonic()
+        answer = client.post(
+            "/whatif", content=json.dumps(body), headers={"content-type": "application/json"}
+        )
+        took = time.monotonic() - began
+    assert_problem(answer, 503, "base.options.time_limit_s", says="the server's max_sweep_s is 1.5")
+    assert took < 1.5 + 2
+    assert _gone(int(hanging.read_text()))
+    assert pool.running == 0
+
+
 def test_a_replan_is_killed_at_its_deadline_and_its_run_marked_failed(
     hanging: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:

@@ -56,6 +56,9 @@ class Settings:
     # solves running at once (each in its own worker process), and requests waiting for one
     max_concurrent_solves: PositiveInt = dataclasses.field(default_factory=_default_solves)
     max_queued_solves: Annotated[int, msgspec.Meta(ge=0)] = 8
+    # a what-if sweep holds one solve slot at most this long (its deadline is the smaller of this and POST
+    # /plan's per plan times the plans it may solve, which for a 2,000-point grid was hours)
+    max_sweep_s: Annotated[float, msgspec.Meta(gt=0, le=86400)] = 600.0
     # an idle keep-alive connection is closed after this long; Retry-After never asks a client to wait
     # longer than keep_alive_s - 5, so a client that obeys it reuses its connection before the server
     # closes it (a close racing the client's next request is a connection error, not an answer)

@@ -99,9 +99,12 @@ async def post_whatif(
     form = _form(request.headers.get("accept", ""), plot)
     store: ProfileStore = state.store
     pool: SolvePool = state.solves
-    budget = whatif_deadline_s(data)
+    budget = min(whatif_deadline_s(data), state.settings.max_sweep_s)
     arrived = request.scope.get("state", {}).get(ARRIVED_KEY) or time.monotonic()
-    msg = f"no answer within {budget:g} s; the sweep was stopped. Sweep fewer points or lower time_limit_s"
+    msg = (
+        f"no answer within {budget:g} s (the server's max_sweep_s is {state.settings.max_sweep_s:g}); the "
+        "sweep was stopped. Sweep fewer points or lower time_limit_s"
+    )
     timed_out = DeadlineExceeded(msg, field="base.options.time_limit_s")
     # the sweep runs in a child holding one solve slot: killed at the deadline or when the client goes
     result: WhatIfResult | None = await until_disconnect(
