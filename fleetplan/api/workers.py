@@ -401,9 +401,12 @@ class SolvePool:
                 return solved
             raise timed_out
         finally:
-            self._children.discard(worker)
             with anyio.CancelScope(shield=True):
                 await self._release(worker, answered)
+            # only now: until its release is done a worker stays where kill_all finds it (a SIGTERM's end of
+            # grace cancels this task, and the loop could end before the release's thread had stopped it:
+            # a sweep's worker ran on at 100% CPU after the server had exited)
+            self._children.discard(worker)
 
     async def _send(self, worker: Worker, job: bytes) -> None:
         """A small job is written at once (an idle worker's socket buffer is empty and far larger); a large
