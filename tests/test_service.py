@@ -6,6 +6,7 @@ workers.plan_in_child in children forked from the test process.
 """
 
 import json
+import logging
 import os
 import time
 from collections.abc import Iterator
@@ -463,3 +464,20 @@ def test_a_refused_request_is_freed_without_the_cycle_collector() -> None:
         assert refs[0]() is None  # freed by reference counting alone
     finally:
         gc.enable()
+
+
+def test_a_path_cannot_forge_a_line_in_the_text_access_log() -> None:
+    """`/fleets/y%0d%0aFORGED-LINE` wrote `FORGED-LINE 400 1.1 ms` as a line of its own."""
+    records: list[logging.LogRecord] = []
+    handler = logging.Handler()
+    handler.emit = records.append  # type: ignore[method-assign]
+    logging.getLogger("fleetplan.access").addHandler(handler)
+    try:
+        with TestClient(app=create_app(ProfileStore([bundled_root()]), settings=Settings())) as client:
+            client.get("/fleets/y%0d%0aFORGED-LINE")
+    finally:
+        logging.getLogger("fleetplan.access").removeHandler(handler)
+    lines = [r.getMessage() for r in records if "FORGED" in r.getMessage()]
+    assert lines
+    assert all("\n" not in line and "\r" not in line for line in lines)
+    assert "/fleets/y\\x0d\\x0aFORGED-LINE" in lines[0]

@@ -139,6 +139,15 @@ def request_middleware(app: ASGIApp) -> ASGIApp:
     return middleware
 
 
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def printable(text: str) -> str:
+    """`text` with its control characters escaped (\x0d): a request path is the client's, and a CR LF in it
+    (`/fleets/y%0d%0aFORGED`) started a forged line in the text log."""
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+
+
 def _record(scope: Scope, status: int, seconds: float) -> None:
     route = scope.get("path_template") or "unmatched"  # type: ignore[call-overload]
     method = scope.get("method", "")  # type: ignore[call-overload]
@@ -149,8 +158,8 @@ def _record(scope: Scope, status: int, seconds: float) -> None:
         metrics.latency.labels(method, route).observe(seconds)
     access_log.info(
         "%s %s %s %.1f ms",
-        method,
-        scope.get("path", ""),  # type: ignore[call-overload]
+        printable(method),
+        printable(scope.get("path", "")),  # type: ignore[call-overload]
         status,
         seconds * 1e3,
         extra={"method": method, "route": route, "status": status, "ms": round(seconds * 1e3, 1)},
