@@ -481,3 +481,20 @@ def test_a_path_cannot_forge_a_line_in_the_text_access_log() -> None:
     assert lines
     assert all("\n" not in line and "\r" not in line for line in lines)
     assert "/fleets/y\\x0d\\x0aFORGED-LINE" in lines[0]
+
+
+def test_a_body_cut_short_by_the_client_is_a_499_not_a_500() -> None:
+    """Litestar's "client disconnected prematurely" was answered (to nobody), logged and counted as a 500,
+    so 5xx alerts fired on clients that hung up."""
+    from types import SimpleNamespace
+
+    from litestar.exceptions import InternalServerException
+
+    from fleetplan.api.errors import problem_response
+
+    request = SimpleNamespace(method="POST", url=SimpleNamespace(path="/plan"))
+    answer = problem_response(request, InternalServerException("client disconnected prematurely"))  # type: ignore[arg-type]
+    assert answer.status_code == 499
+    assert answer.content.type.endswith(":client-gone")
+    other = problem_response(request, InternalServerException("something else"))  # type: ignore[arg-type]
+    assert other.status_code == 500

@@ -140,8 +140,14 @@ def _http_problem(exc: HTTPException, request: Request[Any, Any, Any] | None) ->
     return Problem(type="about:blank", title=phrase, status=status, detail=detail)
 
 
+# what Litestar raises when the client hangs up before its body is read
+_CUT_SHORT = "client disconnected prematurely"
+
+
 def problem_response(request: Request[Any, Any, Any], exc: Exception) -> Response[Problem]:
     """Litestar exception handler (registered for `Exception`, so it sees everything)."""
+    if isinstance(exc, HTTPException) and exc.status_code == 500 and exc.detail == _CUT_SHORT:
+        exc = ClientGone("the client disconnected before its body was read")
     problem = problem_for(exc, request)
     if isinstance(exc, SolverFailure):
         # an expected outcome (a time limit without a plan, a busy server): one line, no traceback

@@ -103,8 +103,11 @@ class Forbidden(PlannerError):
 
 
 class ClientGone(SolverFailure):
-    """The client disconnected before its plan was ready; its work was stopped (nobody reads the answer)."""
+    """The client disconnected before its plan was ready (or before its body was read); its work was
+    stopped. Nobody reads the answer: its status is 499, "client closed request" as nginx logs it, so that
+    the access log and the metrics tell it from the server's own 5xx (a body cut short was a 500)."""
 
+    status_code = 499
     title = "Client disconnected"
 
 
