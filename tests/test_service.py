@@ -498,3 +498,16 @@ def test_a_body_cut_short_by_the_client_is_a_499_not_a_500() -> None:
     assert answer.content.type.endswith(":client-gone")
     other = problem_response(request, InternalServerException("something else"))  # type: ignore[arg-type]
     assert other.status_code == 500
+
+
+def test_unmatched_routes_and_methods_are_observed_with_bounded_labels() -> None:
+    """A 404 or 405 bypassed the request middleware (it wrapped matched routes only): no access line, no
+    metric, no X-Request-ID. Counted now, a client's made-up methods share one label."""
+    with TestClient(app=create_app(ProfileStore([bundled_root()]), settings=Settings())) as client:
+        missing = client.get("/nope", headers={"X-Request-ID": "abc123"})
+        assert (missing.status_code, missing.headers["x-request-id"]) == (404, "abc123")
+        for method in ("FROB", "XYZZY"):
+            assert client.request(method, "/plan").status_code == 405
+        text = client.get("/metrics").text
+    assert 'fleetplan_http_requests_total{method="GET",route="unmatched",status="404"} 1.0' in text
+    assert 'fleetplan_http_requests_total{method="other",route="unmatched",status="405"} 2.0' in text

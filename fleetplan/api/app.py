@@ -325,7 +325,7 @@ def create_app(
     def on_shutdown(app: Litestar) -> None:
         solves.kill_all()  # queued and running solves end now; their requests answer 503
 
-    return Litestar(
+    app = Litestar(
         route_handlers=[
             post_plan,
             Router("/profiles", route_handlers=[profiles_options, list_profiles, post_profiles, get_profile]),
@@ -343,7 +343,6 @@ def create_app(
                 "fleet_store": StoreHandle(database_url or settings.database_url),
             }
         ),
-        middleware=[request_middleware],
         on_startup=[on_startup, open_store_at_startup],
         on_shutdown=[on_shutdown],
         before_request=require_json_body,
@@ -360,6 +359,10 @@ def create_app(
         ),
         debug=False,
     )
+    # around Litestar's router and its exception handler rather than in `middleware=[...]`, which wraps
+    # matched routes only: a 404 or 405 then had no access line, no metric and no X-Request-ID
+    app.asgi_handler = request_middleware(app.asgi_handler)
+    return app
 
 
 __all__ = [

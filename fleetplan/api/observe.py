@@ -139,6 +139,7 @@ def request_middleware(app: ASGIApp) -> ASGIApp:
     return middleware
 
 
+KNOWN_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS"})
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
@@ -153,9 +154,10 @@ def _record(scope: Scope, status: int, seconds: float) -> None:
     method = scope.get("method", "")  # type: ignore[call-overload]
     app_state = scope["app"].state  # type: ignore[typeddict-item]
     metrics: Metrics | None = getattr(app_state, "metrics", None)
-    if metrics is not None:
-        metrics.requests.labels(method, route, str(status)).inc()
-        metrics.latency.labels(method, route).observe(seconds)
+    if metrics is not None:  # labels from a bounded set: a client picks the method and path of a 404/405
+        label = method if method in KNOWN_METHODS else "other"
+        metrics.requests.labels(label, route, str(status)).inc()
+        metrics.latency.labels(label, route).observe(seconds)
     access_log.info(
         "%s %s %s %.1f ms",
         printable(method),
