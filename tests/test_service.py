@@ -264,7 +264,7 @@ def test_busy_answer_is_503_with_retry_after(monkeypatch: pytest.MonkeyPatch, tm
         assert int(response.headers["retry-after"]) >= 1
         assert problem["type"].endswith("server-busy")
         metrics = client.get("/metrics").text
-    assert "fleetplan_solves_rejected_total 1.0" in metrics
+    assert 'fleetplan_solves_rejected_total{kind="plan"} 1.0' in metrics
 
 
 # --- metrics and request ids ---------------------------------------------------------------------------
@@ -289,7 +289,8 @@ def test_metrics_and_request_ids(tmp_path: Path) -> None:
     assert 'fleetplan_http_requests_total{method="POST",route="/plan",status="200"} 1.0' in text
     assert 'fleetplan_http_requests_total{method="GET",route="/health",status="200"} 2.0' in text
     assert 'fleetplan_plans_total{status="optimal"} 1.0' in text
-    assert "fleetplan_solve_seconds_count 1.0" in text
+    assert 'fleetplan_solve_seconds_count{kind="plan"} 1.0' in text
+    assert 'fleetplan_solves_total{kind="plan",outcome="plan"} 1.0' in text
     assert "fleetplan_plan_mip_gap_count 1.0" in text
     assert "fleetplan_solves_in_flight 0.0" in text
 

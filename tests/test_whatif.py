@@ -577,6 +577,8 @@ def test_http_json_csv_and_pictures():
         assert png.content.startswith(PNG_MAGIC)
         svg = _post(client, lean, accept="image/svg+xml", query="?plot=heatmap")
         assert ET.fromstring(svg.content).tag.endswith("svg")
+        # sweeps hold solve slots: counted like plans, by kind (they were not counted at all)
+        assert 'fleetplan_solves_total{kind="whatif",outcome="plan"} 4.0' in client.get("/metrics").text
 
 
 @pytest.mark.parametrize(

@@ -152,27 +152,36 @@ async def post_plan(
 
 async def plan_until(state: State, data: PlanRequest, at: float, request: Request) -> Solved:
     """state.solves.run, cancelled (its worker killed) if the client disconnects first; counted."""
-    metrics: Metrics = state.metrics
-    began = time.monotonic()
-    try:
-        solved = await until_disconnect(request, lambda: state.solves.run(data, state.store, at))
-    except ServerBusy:
-        metrics.rejected.inc()
-        raise
-    except Exception as error:
-        metrics.solve_seconds.observe(time.monotonic() - began)
-        metrics.outcomes.labels("timeout" if isinstance(error, DeadlineExceeded) else "error").inc()
-        raise
-    metrics.solve_seconds.observe(time.monotonic() - began)
+    solved = await counted_solve(state, "plan", request, lambda: state.solves.run(data, state.store, at))
     if solved is None:
-        metrics.outcomes.labels("disconnected").inc()
         raise ClientGone("the client disconnected; its solve was stopped")
+    metrics: Metrics = state.metrics
     plan: Plan = solved.result
-    metrics.outcomes.labels("plan").inc()
     metrics.status.labels(plan.status).inc()
     if plan.mip_gap is not None:
         metrics.gap.observe(plan.mip_gap)
     return solved
+
+
+async def counted_solve(
+    state: State, kind: str, request: Request, work: Callable[[], Awaitable[T]]
+) -> T | None:
+    """until_disconnect(request, work) for work that holds a solve slot, counted in the metrics by `kind`
+    (plan, whatif, replan): its wall time, its outcome, or its refusal (503 at once)."""
+    metrics: Metrics = state.metrics
+    began = time.monotonic()
+    try:
+        done = await until_disconnect(request, work)
+    except ServerBusy:
+        metrics.rejected.labels(kind).inc()
+        raise
+    except Exception as error:
+        metrics.solve_seconds.labels(kind).observe(time.monotonic() - began)
+        metrics.outcomes.labels(kind, "timeout" if isinstance(error, DeadlineExceeded) else "error").inc()
+        raise
+    metrics.solve_seconds.labels(kind).observe(time.monotonic() - began)
+    metrics.outcomes.labels(kind, "disconnected" if done is None else "plan").inc()
+    return done
 
 
 async def until_disconnect(request: Request, work: Callable[[], Awaitable[T]]) -> T | None:

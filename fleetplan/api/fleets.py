@@ -21,14 +21,14 @@ from litestar.dto import AbstractDTO
 from litestar.enums import HttpMethod, RequestEncodingType
 from litestar.params import Body, Parameter, QueryParameter
 
-from fleetplan.api.app import _CodecDTO, _problems, until_disconnect
+from fleetplan.api.app import _CodecDTO, _problems, counted_solve
 from fleetplan.api.observe import ARRIVED_KEY
 from fleetplan.api.service import check_plan_limits
 from fleetplan.api.settings import Settings
 from fleetplan.api.workers import SolvePool, replan_in_child
 from fleetplan.models.base import NAME_PATTERN
 from fleetplan.models.codec import convert, decode, decode_request
-from fleetplan.models.errors import ClientGone, DeadlineExceeded, NotFound, StoreUnavailable
+from fleetplan.models.errors import ClientGone, DeadlineExceeded, NotFound, ServerBusy, StoreUnavailable
 from fleetplan.models.plan import PlanRequest
 from fleetplan.models.store import FleetRecord, PlanRecord, ReplanRequest, Run
 from fleetplan.replan.service import check_order
@@ -216,7 +216,11 @@ async def post_replan(
     pool: SolvePool = state.solves
     budget = replan_budget_s(state.settings)
     at = (request.scope.get("state", {}).get(ARRIVED_KEY) or time.monotonic()) + budget
-    pool.admit(budget, at)
+    try:
+        pool.admit(budget, at)
+    except ServerBusy:
+        state.metrics.rejected.labels("replan").inc()
+        raise
     repository = await anyio.to_thread.run_sync(_repo, state)
     run = await anyio.to_thread.run_sync(partial(repository.start_run, name, dry_run=data.dry_run))
     if run.status != "running":  # refused: another re-plan of this fleet is alive (docs/store.md)
@@ -225,8 +229,8 @@ async def post_replan(
     timed_out = DeadlineExceeded(msg)
     args = (_url_for_child(repository), run, data, state.store)
     try:
-        done: Run | None = await until_disconnect(
-            request, lambda: pool.call(replan_in_child, args, at, budget, timed_out)
+        done: Run | None = await counted_solve(
+            state, "replan", request, lambda: pool.call(replan_in_child, args, at, budget, timed_out)
         )
     except Exception as error:
         with anyio.CancelScope(shield=True):

@@ -53,9 +53,12 @@ class Metrics:
             buckets=_LATENCY_BUCKETS,
             registry=r,
         )
+        # `kind`: plan (POST /plan), whatif (POST /whatif), replan (POST /fleets/{name}/replan): each holds
+        # a solve slot (only plans were counted before session 25)
         self.solve_seconds = Histogram(
             "fleetplan_solve_seconds",
             "Wall time of a solve in its worker",
+            ["kind"],
             buckets=_LATENCY_BUCKETS,
             registry=r,
         )
@@ -65,8 +68,8 @@ class Metrics:
         self.status = Counter("fleetplan_plans", "Plans answered, by Plan.status", ["status"], registry=r)
         self.outcomes = Counter(
             "fleetplan_solves",
-            "Solves by outcome (plan, timeout, error, disconnected)",
-            ["outcome"],
+            "Solves by kind and outcome (plan, timeout, error, disconnected)",
+            ["kind", "outcome"],
             registry=r,
         )
         self.in_flight = Gauge("fleetplan_solves_in_flight", "Solves running in worker processes", registry=r)
@@ -74,6 +77,7 @@ class Metrics:
         self.rejected = Counter(
             "fleetplan_solves_rejected",
             "Requests refused at once (503 + Retry-After): queue full",
+            ["kind"],
             registry=r,
         )
 

@@ -15,7 +15,7 @@ from litestar.enums import RequestEncodingType
 from litestar.openapi import ResponseSpec
 from litestar.params import Body, QueryParameter
 
-from fleetplan.api.app import _CodecDTO, _problems, until_disconnect
+from fleetplan.api.app import _CodecDTO, _problems, counted_solve
 from fleetplan.api.observe import ARRIVED_KEY
 from fleetplan.api.service import check_plan_limits
 from fleetplan.api.workers import SolvePool, whatif_in_child
@@ -107,8 +107,11 @@ async def post_whatif(
     )
     timed_out = DeadlineExceeded(msg, field="base.options.time_limit_s")
     # the sweep runs in a child holding one solve slot: killed at the deadline or when the client goes
-    result: WhatIfResult | None = await until_disconnect(
-        request, lambda: pool.call(whatif_in_child, (data, store), arrived + budget, budget, timed_out)
+    result: WhatIfResult | None = await counted_solve(
+        state,
+        "whatif",
+        request,
+        lambda: pool.call(whatif_in_child, (data, store), arrived + budget, budget, timed_out),
     )
     if result is None:
         raise ClientGone("the client disconnected; its sweep was stopped")
