@@ -183,7 +183,6 @@ def _rates_csv(path, rows: list[tuple]) -> TrafficSpec:
     ("rows", "says"),
     [
         ([(0, "short", 1.0), (60, "short", -5.0)], "line 3: rps '-5.0' is not a finite number >= 0"),
-        ([(0, "short", 1.0), (60, "long", float("nan"))], "line 3: rps 'nan'"),
         ([(0, "short", float("inf"))], "line 2: rps 'inf'"),
         ([(0, "short", "abc")], "line 2: rps 'abc'"),
         ([("2026-11-20T00:00", "short", 1.0), ("yesterday", "short", 1.0)], "line 3: time 'yesterday'"),
@@ -228,15 +227,36 @@ def test_a_class_the_traffic_says_nothing_about_keeps_the_fleets_rate(tmp_path):
     assert any("'long': the traffic file has no observation of it" in note for note in report.notes)
 
 
-def test_a_trace_shorter_than_one_bin_is_refused(tmp_path):
-    """One partial bin counted 10 minutes of requests as an hour's: a sixth of the rate."""
-    rows = _rows([(30, 6)], 60.0)
+def test_a_trace_shorter_than_one_bin_is_its_rate_over_its_own_span(tmp_path):
+    """One partial bin counted 10 minutes of requests as an hour's: a sixth of the rate. A trace shorter
+    than a bin is one bin at (n - 1) / span; one instant has no rate."""
+    rows = _rows([(30, 6)], 60.0)  # 36 requests, evenly spaced over one minute
     path = tmp_path / "azure.csv"
     frame = {"TIMESTAMP": rows["t"], "ContextTokens": rows["prompt"], "GeneratedTokens": rows["output"]}
     pd.DataFrame(frame).to_csv(path, index=False)
-    with pytest.raises(InputError, match=r"the trace spans 58 s, less than one interval_s=3600 s") as caught:
-        read_rates(_two_class_request(), TrafficSpec(source="azure_csv", path=str(path), interval_s=HOUR))
-    assert caught.value.field == "traffic.interval_s"
+    rates = read_rates(_two_class_request(), TrafficSpec(source="azure_csv", path=str(path), interval_s=HOUR))
+    span = rows["t"].max() - rows["t"].min()
+    scale = 35 / (36 * span)
+    assert rates.frame["short"].tolist() == pytest.approx([30 * scale])
+    assert rates.frame["long"].tolist() == pytest.approx([6 * scale])
+    assert sum(rates.frame.iloc[0]) == pytest.approx(36 / 60, rel=0.05)  # the minute's own rate
+    instant = tmp_path / "instant.csv"
+    instant.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n5,130,60\n5,130,60\n")
+    with pytest.raises(InputError, match="spans 0 s: one instant has no rate"):
+        read_rates(_two_class_request(), TrafficSpec(source="azure_csv", path=str(instant)))
+
+
+def test_a_blank_or_nan_rate_is_no_sample(tmp_path):
+    """Prometheus writes NaN for 0/0 and long exports leave cells empty: such a row is no sample (a NaN
+    refused the whole file for a moment in session 25); a class with only such rows keeps its fleet rate."""
+    spec = _rates_csv(
+        tmp_path / "rates.csv",
+        [(0, "short", 4.0), (1800, "short", float("nan")), (0, "long", float("nan")), (0, "other", "x")],
+    )
+    rates = read_rates(_two_class_request(), spec)
+    assert rates.frame["short"].tolist() == pytest.approx([4.0])
+    assert rates.unobserved == ["long"]
+    assert rates.unmapped == 1
 
 
 @pytest.mark.parametrize(
@@ -247,8 +267,11 @@ def test_a_trace_shorter_than_one_bin_is_refused(tmp_path):
             "line 2: expected a JSON object",
         ),
         (["{timestamp: 0}"], "line 1: Expecting property name"),
-        (['{"timestamp": 0, "input_length": 1e300, "output_length": 10}'], "line 2: input_length '1e+300'"),
-        (['{"timestamp": "x", "input_length": 1, "output_length": 10}'], "line 2: timestamp 'x'"),
+        (
+            ["", '{"timestamp": 0, "input_length": 1e300, "output_length": 10}'],
+            "line 2: input_length '1e+300'",
+        ),
+        (['{"timestamp": "x", "input_length": 1, "output_length": 10}'], "line 1: timestamp 'x'"),
     ],
 )
 def test_a_malformed_mooncake_line_is_named(tmp_path, lines, says):

@@ -416,6 +416,11 @@ def test_profiles_null_keeps_a_bundled_set_and_passes_over_broken_or_same_day_se
     assert newest_profiles(mine, store) == ProfilesSpec(set="mine")
     store_without_mine = _store_with(tmp_path / "b", {"same-day": (rows, "2025-11-22")})
     assert newest_profiles(paper, store_without_mine) == ProfilesSpec(set="paper")
+    # a fleet on a set older than the bundled ones: `paper` and `synthetic` are newer and cover it, and
+    # still never replace its own
+    old_store = _store_with(tmp_path / "c", {"old": (rows, "2020-01-01")})
+    old = msgspec.structs.replace(paper, profiles=ProfilesSpec(set="old"))
+    assert newest_profiles(old, old_store) == ProfilesSpec(set="old")
 
 
 def test_replan_usage_errors_exit_1_as_the_contract_says(tmp_path):

@@ -676,9 +676,9 @@ def test_cli_refuses_an_unwritable_output_before_the_sweep(tmp_path, monkeypatch
     plot = runner.invoke(main, [*args, "--plot", str(blocked / "dir")])
     assert plot.exit_code == 2
     assert plot.stderr.startswith(f"error: --plot: cannot make '{blocked / 'dir'}': Not a directory")
-    csv = runner.invoke(main, [*args, "--csv", str(tmp_path / "absent" / "points.csv")])
+    csv = runner.invoke(main, [*args, "--csv", str(blocked / "points.csv")])
     assert csv.exit_code == 2
-    assert "error: --csv: cannot write" in csv.stderr
+    assert "error: --csv: cannot make" in csv.stderr
 
     class Unreachable:
         def Client(self, address, timeout):  # noqa: N802 (distributed.Client)

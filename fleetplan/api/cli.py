@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
     from fleetplan.models.errors import PlannerError
-    from fleetplan.models.plan import PlanRequest
+    from fleetplan.models.plan import Plan, PlanRequest
     from fleetplan.profiler.calibrate import Calibration
     from fleetplan.profiler.store import ProfileStore
 
@@ -219,18 +219,25 @@ def _check_output(name: str, out: Path) -> None:
     """The set's name (profiler.store.check_set_name: one a request can name, not a bundled set's) and an
     OUT directory this process can make and write: checked before any work (an unwritable --out and a
     name like 'a/b' were tracebacks once the first point was measured)."""
-    import os
-
-    from fleetplan.models.errors import InputError
     from fleetplan.profiler.store import check_set_name
 
     check_set_name(name)
+    writable_dir(out, "out")
+
+
+def writable_dir(path: Path, field: str) -> None:
+    """Make `path` (with its parents) and check this process can write into it: an InputError naming
+    `field` otherwise, before any work whose output would be lost."""
+    import os
+
+    from fleetplan.models.errors import InputError
+
     try:
-        out.mkdir(parents=True, exist_ok=True)
+        path.mkdir(parents=True, exist_ok=True)
     except OSError as error:
-        raise InputError(f"cannot make {str(out)!r}: {error.strerror}", field="out") from error
-    if not os.access(out, os.W_OK):
-        raise InputError(f"cannot write into {str(out)!r}", field="out")
+        raise InputError(f"cannot make {str(path)!r}: {error.strerror}", field=field) from error
+    if not os.access(path, os.W_OK):
+        raise InputError(f"cannot write into {str(path)!r}", field=field)
 
 
 def _int_list(text: str) -> list[str]:
@@ -487,10 +494,12 @@ def merge_command(sets: tuple[str, ...], set_name: str, out: Path, replace: bool
 
     from fleetplan.models.errors import PlannerError
     from fleetplan.models.profile import ProfileSetManifest
+    from fleetplan.profiler.store import check_set_name
     from fleetplan.profiler.tables import merge_tables
 
     store = _store(out)
     try:
+        check_set_name(set_name)  # before loading and merging
         tables = [store.load(name) for name in sets]
         manifest = ProfileSetManifest(
             name=set_name,
@@ -568,8 +577,9 @@ def simulate_command(
         if plot is not None and plot.suffix.lower() not in PLOT_SUFFIXES:
             msg = f"{str(plot)!r}: a picture is one of {', '.join(PLOT_SUFFIXES)}"
             raise InputError(msg, field="--plot")
-        if trace is not None:
-            _check_trace_window(_check_trace(trace), warmup, duration)
+        loaded = None if trace is None else _check_trace(trace)
+        if loaded is not None:
+            _check_trace_window(loaded, warmup, duration, rate_scale)
         if request_file is not None:
             request = read_request(request_file)
             planned = decode(file.read_bytes(), Plan)
@@ -578,6 +588,8 @@ def simulate_command(
             planned = solve(request, with_baselines=False)
         if planned.status not in ("optimal", "feasible"):
             raise InputError(f"the plan's status is {planned.status!r}: nothing to simulate", field="status")
+        if loaded is None:
+            _check_arrivals(request, planned, warmup + duration, rate_scale)
         report = simulate(
             request,
             planned,
@@ -586,7 +598,7 @@ def simulate_command(
             warmup_s=warmup,
             seed=seed,
             rate_scale=rate_scale,
-            trace=trace,
+            trace=loaded,
             keep_samples=plot is not None,
         )
         if plot is not None:
@@ -633,13 +645,30 @@ def _check_trace(path: Path) -> "pd.DataFrame":
         raise InputError(f"{str(path)!r}: {error}", field="--trace") from error
 
 
-def _check_trace_window(frame: "pd.DataFrame", warmup: float, duration: float) -> None:
+def _check_arrivals(request: "PlanRequest", planned: "Plan", window_s: float, rate_scale: float) -> None:
+    """InputError naming --duration when the window would draw more than MAX_ARRIVALS Poisson arrivals
+    (a 1e12 s window tried to allocate 116 TiB). The CLI's window only: the gate's and verify's are the
+    planner's, sized to the request."""
+    from fleetplan.models.errors import InputError
+    from fleetplan.simulator.run import MAX_ARRIVALS, expected_arrivals
+
+    expected = expected_arrivals(request, planned, window_s, rate_scale)
+    if expected > MAX_ARRIVALS:
+        msg = (
+            f"{expected:.3g} arrivals expected, more than the {MAX_ARRIVALS:,} one replay draws: shorten "
+            "the window or split it over seeds"
+        )
+        raise InputError(msg, field="--duration")
+
+
+def _check_trace_window(frame: "pd.DataFrame", warmup: float, duration: float, rate_scale: float) -> None:
     """InputError when the trace ends before the measured window starts (nothing would be measured, and
     the report read "attainment 100.0% ... (0.00 RPS)"); a warning when it ends inside it (the rates
-    measured are the trace's over the whole window, its silent end included)."""
+    measured are the trace's over the whole window, its silent end included). The replay runs the trace
+    at `rate_scale`: its times divided by it."""
     from fleetplan.models.errors import InputError
 
-    span = float(frame["t_s"].max())
+    span = float(frame["t_s"].max()) / rate_scale
     if span < warmup:
         msg = f"the trace spans {span:g} s and the measured window starts at {warmup:g} s: lower --warmup"
         raise InputError(msg, field="--trace")

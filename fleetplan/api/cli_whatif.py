@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from fleetplan.api.cli import _fail, _request_path
+from fleetplan.api.cli import _fail, _request_path, writable_dir
 from fleetplan.progress import progress_bar
 
 if TYPE_CHECKING:
@@ -144,21 +144,10 @@ def whatif_command(
 def _check_writable(csv_path: Path | None, plot_dir: Path | None) -> None:
     """InputError naming --plot or --csv when the directory cannot be made or the file's folder is not
     one this process can write (found after the sweep, that was a traceback and the sweep lost)."""
-    import os
-
-    from fleetplan.models.errors import InputError
-
     if plot_dir is not None:
-        try:
-            plot_dir.mkdir(parents=True, exist_ok=True)
-        except OSError as error:
-            raise InputError(f"cannot make {str(plot_dir)!r}: {error.strerror}", field="--plot") from error
+        writable_dir(plot_dir, "--plot")
     if csv_path is not None and str(csv_path) != "-":
-        folder = csv_path.parent
-        if not folder.is_dir() or not os.access(folder, os.W_OK):
-            raise InputError(
-                f"cannot write {str(csv_path)!r}: no writable folder {str(folder)!r}", field="--csv"
-            )
+        writable_dir(csv_path.parent, "--csv")
 
 
 def render_points(result: "WhatIfResult") -> str:

@@ -111,7 +111,8 @@ def _request_id(scope: Scope) -> str:
 
 
 def request_middleware(app: ASGIApp) -> ASGIApp:
-    """The ASGI middleware factory Litestar takes in `middleware=[...]`."""
+    """An ASGI middleware factory; create_app wraps Litestar's whole handler with it (router and exception
+    handler), so that every request, a 404 or 405 too, gets its access line, metric and request id."""
 
     async def middleware(scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":

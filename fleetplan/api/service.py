@@ -11,7 +11,7 @@ from fleetplan.api.settings import Settings, env_name
 from fleetplan.models.errors import InputError, LimitExceeded, ProfileMissing
 from fleetplan.models.plan import PlanRequest
 from fleetplan.models.profile import ProfileSetManifest, ProfileUpload
-from fleetplan.profiler.store import ProfileStore, check_set_name
+from fleetplan.profiler.store import ProfileStore
 
 
 def _cap(field: str, count: int, setting: str, cap: float, what: str) -> None:
@@ -52,12 +52,11 @@ def upload_profile_set(
 ) -> ProfileSetManifest:
     """Check the rows as a profile table (errors become 400s naming `rows` and the bad row numbers, which
     are the upload's own indices) and save the set; nothing is written unless every check passes. A
-    bundled set's name is refused: a stored set would shadow it for every request that names it."""
+    bundled set's name is refused by the store (check_set_name): a stored set would shadow it."""
     import pandas as pd
 
     from fleetplan.profiler.tables import check_rows_have_latencies
 
-    check_set_name(upload.name)  # a bundled set's name: 409 (a stored set would shadow it)
     frame = pd.DataFrame(msgspec.to_builtins(upload.rows))
     manifest = ProfileSetManifest(
         name=upload.name,

@@ -26,7 +26,8 @@ NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:/+-]*$"
 Name = Annotated[str, msgspec.Meta(min_length=1, max_length=128, pattern=NAME_PATTERN)]
 Count = Annotated[int, msgspec.Meta(ge=0, le=1_000_000)]
 PositiveInt = Annotated[int, msgspec.Meta(ge=1, le=1_000_000)]
-Tokens = Annotated[int, msgspec.Meta(ge=1, le=10_000_000)]
+TOKEN_LIMIT = 10_000_000  # the most tokens a prompt or an output may have
+Tokens = Annotated[int, msgspec.Meta(ge=1, le=TOKEN_LIMIT)]
 Milliseconds = Annotated[float, msgspec.Meta(gt=0, lt=_HUGE)]
 Rps = Annotated[float, msgspec.Meta(ge=0, lt=_HUGE)]
 Gbps = Annotated[float, msgspec.Meta(ge=0, lt=_HUGE)]

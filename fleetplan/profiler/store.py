@@ -56,7 +56,8 @@ KEEP_VERSIONS = 2  # the current version and the one before it (a reader may hav
 
 
 class ProfileStore:
-    """Profile sets by name; later roots shadow earlier ones (a user's set may replace a bundled one).
+    """Profile sets by name; later roots shadow earlier ones (a set saved since session 25 never takes a
+    bundled set's name: check_set_name; one written by hand or before may still shadow it).
 
     `writable` is the root `save` writes into: by default $FLEETPLAN_PROFILE_STORE when `roots` is not
     given, else the last of `roots` unless that is the bundled fixtures directory (which is never written).
@@ -246,10 +247,10 @@ def _locked(root: Path, name: str) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def check_set_name(name: str, *, bundled_ok: bool = False) -> None:
+def check_set_name(name: str) -> None:
     """A set name a request can name (models.base.Name: letters, digits, `._:+-`, not starting with a
     punctuation mark) that is one directory name (no '/'), is not a profiler's resume file
-    (`<set>.partial.jsonl`), and (unless `bundled_ok`) is not a bundled set's: a stored set of that name
+    (`<set>.partial.jsonl`), and is not a bundled set's: a stored set of that name
     would shadow it for every request that names it. InputError (or ProfileSetExists for a bundled name)
     naming the field "name". The profile and merge commands call it before any work, POST /profiles and
     ProfileStore.save before writing."""
@@ -260,7 +261,7 @@ def check_set_name(name: str, *, bundled_ok: bool = False) -> None:
     if "/" in name or name.endswith(".partial.jsonl"):
         msg = f"{name!r} cannot name a profile set directory: no '/', and not ending in .partial.jsonl"
         raise InputError(msg, field="name")
-    if not bundled_ok and name in ProfileStore([bundled_root()]).names():
+    if name in ProfileStore([bundled_root()]).names():
         msg = f"{name!r} is a bundled profile set and cannot be replaced; choose another name"
         raise ProfileSetExists(msg, field="name")
 

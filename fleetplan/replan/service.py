@@ -113,7 +113,13 @@ def _replan(
         return repo.finish_run(
             run.id, status=keep, reason=reason, plan=stored, diff=change, forecast=forecast
         )
-    gate = run_gate(request, new_plan, table, order.gate or GateSpec())
+    try:
+        gate = run_gate(request, new_plan, table, order.gate or GateSpec())
+    except PlannerError as error:  # the run must end: a raise here left it `running`
+        reason = f"gate: the simulation could not run: {error}"
+        return repo.finish_run(
+            run.id, status=keep, reason=reason, plan=stored, diff=change, forecast=forecast
+        )
     outcome = dict(plan=stored, diff=change, forecast=forecast, gate=gate)
     if not gate.passed:
         return repo.finish_run(run.id, status=keep, reason=gate_reason(gate), **outcome)

@@ -90,7 +90,7 @@ def _models(request: PlanRequest) -> list[str]:
 
 def read_mooncake(path: Path) -> pd.DataFrame:
     """A Mooncake-style JSONL trace as the columns load_trace gives: t_s, prompt_tokens, output_tokens."""
-    records = []
+    records, lines = [], []  # lines: each record's line in the file, for the errors
     for number, line in enumerate(path.read_text().splitlines(), start=1):
         if not line.strip():
             continue
@@ -103,17 +103,18 @@ def read_mooncake(path: Path) -> pd.DataFrame:
             msg = f"line {number}: expected a JSON object, got {type(record).__name__}"
             raise ValueError(msg)
         records.append(record)
+        lines.append(number)
     frame = pd.DataFrame.from_records(records)
     missing = [c for c in ("timestamp", "input_length", "output_length") if c not in frame.columns]
     if missing:
         msg = f"missing key(s) {missing}; expected timestamp, input_length, output_length"
         raise ValueError(msg)
-    seconds = finite_column(frame["timestamp"], "timestamp") / 1000.0
+    seconds = finite_column(frame["timestamp"], "timestamp", lines=lines) / 1000.0
     out = pd.DataFrame(
         {
             "t_s": seconds - seconds.min(),
-            "prompt_tokens": tokens(frame["input_length"], "input_length"),
-            "output_tokens": tokens(frame["output_length"], "output_length"),
+            "prompt_tokens": tokens(frame["input_length"], "input_length", lines),
+            "output_tokens": tokens(frame["output_length"], "output_length", lines),
         }
     )
     if "model" in frame.columns:
@@ -141,12 +142,8 @@ def _rates_from_requests(request: PlanRequest, rows: pd.DataFrame, interval_s: f
         raise InputError("the traffic file has no rows", field=FIELD)
     seconds = rows["t_s"].to_numpy(float)
     span = float(seconds.max() - seconds.min())
-    if span < interval_s:
-        msg = (
-            f"the trace spans {span:g} s, less than one interval_s={interval_s:g} s bin: counted in it, its "
-            "rate would be understated; give a longer trace or a shorter interval_s"
-        )
-        raise InputError(msg, field="traffic.interval_s")
+    if span <= 0:
+        raise InputError("the trace spans 0 s: one instant has no rate", field=FIELD)
     classes = map_trace_to_classes(request, rows)
     bins, n_bins = _bins_from_end(seconds, interval_s)
     counted = (bins >= 0) & (classes >= 0)
@@ -154,13 +151,22 @@ def _rates_from_requests(request: PlanRequest, rows: pd.DataFrame, interval_s: f
     counts = np.zeros((n_bins, n_classes))
     np.add.at(counts, (bins[counted], classes[counted]), 1.0)
     names = [w.name for w in request.workloads]
-    frame = pd.DataFrame(counts / interval_s, columns=names)
+    # a trace shorter than one bin is one bin at its rate over the span its rows cover ((n - 1) / span for
+    # n requests, which Poisson arrivals make unbiased), not its count over the whole bin: ten minutes of
+    # traffic read as a sixth of its rate before session 25
+    frame = pd.DataFrame(counts * _lone_bin_scale(len(seconds), span, interval_s), columns=names)
     unobserved = []
     seen = set(rows["model"]) if "model" in rows.columns else {""}
     if "" not in seen:  # a row that names no model may go to every class: then each class is observed
         unobserved = [w.name for w in request.workloads if w.model not in seen]
     counted_rows = int((bins >= 0).sum())
     return Rates(frame, interval_s, counted_rows, int(((bins >= 0) & (classes < 0)).sum()), unobserved)
+
+
+def _lone_bin_scale(rows: int, span: float, interval_s: float) -> float:
+    """What a bin's count is multiplied by to be a rate: 1 / interval_s, or for a trace shorter than one
+    bin (n rows over `span` s) (n - 1) / (n span)."""
+    return 1.0 / interval_s if span >= interval_s else (rows - 1) / (rows * span)
 
 
 def _rates_from_series(request: PlanRequest, series: pd.DataFrame, interval_s: float) -> Rates:
@@ -171,16 +177,23 @@ def _rates_from_series(request: PlanRequest, series: pd.DataFrame, interval_s: f
     if series.empty:
         raise InputError("the traffic file has no rows", field=FIELD)
     names = [w.name for w in request.workloads]
-    unknown = sorted(set(series["class"].astype(str)) - set(names))
-    rps = finite_column(series["rps"], "rps", nonnegative=True)
+    classes = series["class"].astype(str)
+    unknown = sorted(set(classes) - set(names))
     seconds = _seconds(series["time"])
     bins, n_bins = _bins_from_end(seconds, interval_s, drop_partial=False)
-    frame = pd.DataFrame({"bin": bins, "class": series["class"].astype(str), "rps": rps})
-    frame = frame[(frame["bin"] >= 0) & frame["class"].isin(names)]
+    # a blank or NaN rate is no sample (Prometheus writes NaN for 0/0; long exports leave cells empty), and
+    # only the fleet's classes are read: any other value that is no rate is refused by its line
+    raw = series["rps"]
+    blank = raw.isna().to_numpy() | raw.astype(str).str.strip().str.lower().isin(["", "nan"]).to_numpy()
+    keep = classes.isin(names).to_numpy() & ~blank
+    kept = series[keep]
+    rps = finite_column(kept["rps"], "rps", nonnegative=True, lines=(kept.index + 2).tolist())
+    frame = pd.DataFrame({"bin": bins[keep], "class": classes[keep].to_numpy(), "rps": rps})
+    frame = frame[frame["bin"] >= 0]
     # a bin's rate is the mean of the samples in it; a class with no sample in a bin had no traffic
     table = frame.pivot_table(index="bin", columns="class", values="rps", aggfunc="mean")
     table = table.reindex(index=range(n_bins), columns=names).fillna(0.0)
-    unmapped = int(series["class"].astype(str).isin(unknown).sum())
+    unmapped = int(classes.isin(unknown).sum())
     unobserved = [name for name in names if name not in set(frame["class"])]
     return Rates(table.reset_index(drop=True), interval_s, len(series), unmapped, unobserved)
 

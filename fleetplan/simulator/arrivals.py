@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from fleetplan.models.base import TOKEN_LIMIT
 from fleetplan.models.plan import PlanRequest
 
 
@@ -23,29 +24,36 @@ class Arrivals:
     demand_rows: np.ndarray | None = None
 
 
-TOKEN_LIMIT = 10_000_000  # the most tokens a workload's prompt or output may have (models.base.Tokens)
+LOADED = ("t_s", "prompt_tokens", "output_tokens")  # load_trace's columns
 
 
 def finite_column(
-    values: pd.Series, name: str, *, nonnegative: bool = False, at_most: float = np.inf
+    values: pd.Series,
+    name: str,
+    *,
+    nonnegative: bool = False,
+    at_most: float = np.inf,
+    lines: list[int] | None = None,
 ) -> np.ndarray:
-    """`values` as floats, or a ValueError naming the first row (its line in the file, the header being
-    line 1) that is not a finite number (or is negative, with `nonnegative`; or is above `at_most`)."""
+    """`values` as floats, or a ValueError naming the first row that is not a finite number (or is
+    negative, with `nonnegative`; or is above `at_most`) by its line in the file: `lines[row]`, else the
+    row of a CSV under its header (row + 2)."""
     numbers = pd.to_numeric(values, errors="coerce").to_numpy(float)
     bad = ~np.isfinite(numbers) | ((numbers < 0) if nonnegative else False) | (numbers > at_most)
     if bad.any():
         row = int(np.argmax(bad))
         kind = "a finite number >= 0" if nonnegative else "a finite number"
         kind += f" at most {at_most:.12g}" if np.isfinite(at_most) else ""
-        msg = f"line {row + 2}: {name} {str(values.iloc[row])!r} is not {kind}"
+        line = lines[row] if lines is not None else row + 2
+        msg = f"line {line}: {name} {str(values.iloc[row])!r} is not {kind}"
         raise ValueError(msg)
     return numbers
 
 
-def tokens(values: pd.Series, name: str) -> np.ndarray:
+def tokens(values: pd.Series, name: str, lines: list[int] | None = None) -> np.ndarray:
     """A token-count column as integers of at least 1 (a 0 is taken as 1), or a ValueError naming the
     first row that is no number from 0 to the models' token limit."""
-    counts = finite_column(values, name, nonnegative=True, at_most=TOKEN_LIMIT)
+    counts = finite_column(values, name, nonnegative=True, at_most=TOKEN_LIMIT, lines=lines)
     return np.maximum(counts, 1.0).astype(np.int64)
 
 
@@ -54,6 +62,8 @@ def load_trace(source) -> pd.DataFrame:
     t_s (seconds from the first row), prompt_tokens, output_tokens, sorted by time. `source` is a path or
     a DataFrame. TIMESTAMP may be a datetime string (the public traces) or a number of seconds. An optional
     `model` column (the model each request names) is kept as `model`."""
+    if isinstance(source, pd.DataFrame) and set(LOADED) <= set(source.columns):
+        return source  # loaded already (the CLI reads --trace first to name what is wrong with it)
     frame = source if isinstance(source, pd.DataFrame) else pd.read_csv(Path(source))
     missing = [c for c in ("TIMESTAMP", "ContextTokens", "GeneratedTokens") if c not in frame.columns]
     if missing:
@@ -67,7 +77,7 @@ def load_trace(source) -> pd.DataFrame:
     else:
         parsed = pd.to_datetime(stamps, format="mixed")
         seconds = (parsed - parsed.min()).dt.total_seconds().to_numpy(float)
-    if len(seconds) and not np.isfinite(seconds).all():
+    if not np.isfinite(seconds).all():  # a date that did not parse (NaT); numbers were checked above
         row = int(np.argmax(~np.isfinite(seconds)))
         msg = f"line {row + 2}: TIMESTAMP {str(stamps.iloc[row])!r} is neither a time nor a finite number"
         raise ValueError(msg)
