@@ -438,3 +438,21 @@ def test_replan_usage_errors_exit_1_as_the_contract_says(tmp_path):
         result = runner.invoke(main, ["replan", "web", *args], env=env)
         assert result.exit_code == 1, (args, result.output)
         assert says in result.stderr
+
+
+def test_a_gate_that_cannot_run_ends_its_run(repo, monkeypatch):
+    """run_gate sat outside the run's error handling: an error in it re-raised and left the run `running`
+    (found when a simulator check refused a large fleet's gate window)."""
+    from fleetplan.models.errors import InputError
+    from fleetplan.replan import service
+
+    repo.put_fleet("tiny", tiny_request())
+
+    def refuse(*args, **kwargs):
+        raise InputError("cannot be simulated", field="duration_s")
+
+    monkeypatch.setattr(service, "run_gate", refuse)
+    run = replan(repo, "tiny", ReplanRequest(gate=QUICK_GATE))
+    assert run.status == "failed"  # no plan in force to keep
+    assert run.reason == "gate: the simulation could not run: duration_s: cannot be simulated"
+    assert [r.status for r in repo.list_runs("tiny")] == ["failed"]
