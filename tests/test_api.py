@@ -636,3 +636,11 @@ def test_many_repeated_keys_are_named_once_each(client: TestClient) -> None:
     paper = json.dumps(json.loads(fixtures.request_path("paper").read_text()))
     body = paper.replace('"rate_rps": 16.0', ", ".join(['"rate_rps": 16.0'] * 20_000), 1)
     assert_problem(post(client, body), 400, "rate_rps", says="duplicate key(s) ['rate_rps']")
+
+
+def test_verify_simulate_without_p50_rows_is_a_422_naming_the_profiles(client: TestClient) -> None:
+    """Rows with p90 only plan, but the simulator draws from p50 and p90: `verify: "simulate"` on them
+    raised ValueError in the worker (a 500)."""
+    body = inline_request()
+    body["verify"] = "simulate"
+    assert_problem(post(client, body), 422, "profiles", says="the simulator draws each latency from its p50")

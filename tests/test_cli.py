@@ -343,3 +343,13 @@ def test_profile_refuses_a_bad_name_or_output_before_measuring(runner: CliRunner
         assert result.exit_code == 2, (args, result.output)
         assert result.stderr.startswith(says), result.stderr
     assert not (tmp_path / "s").exists() or not any((tmp_path / "s").iterdir())  # no resume file left
+
+
+def test_plan_shows_the_simulation_verify_asked_for(runner: CliRunner, tmp_path: Path) -> None:
+    """`verify: "simulate"` ran the simulation, but only --json showed it."""
+    body = json.loads(fixtures.request_path("scarce_gpus").read_text())
+    body["verify"] = "simulate"
+    result = runner.invoke(main, ["plan", str(write_request(tmp_path, json.dumps(body))), "--plain"])
+    assert result.exit_code == 0, result.output
+    assert "simulation (verify: simulate)" in result.stdout
+    assert "of offered demand" in result.stdout

@@ -206,6 +206,9 @@ def render(plan: Plan, out: IO[str], *, plain: bool = False) -> None:
         except ImportError:
             plain = True
     (render_plain if plain else render_rich)(plan, out)
+    if plan.simulation is not None:  # `verify: "simulate"`: its report, which only --json showed before
+        out.write("\nsimulation (verify: simulate)\n")
+        render_simulation(plan.simulation, out)
 
 
 # --- a simulation (fleetplan simulate) ---------------------------------------------------------------------

@@ -11,6 +11,7 @@ import math
 import numpy as np
 import pandas as pd
 
+from fleetplan.models.errors import ProfileMissing
 from fleetplan.models.profile import PERCENTILES
 from fleetplan.profiler.latency import Params, quantile_params
 from fleetplan.profiler.tables import ProfileTable, latency_at_prompt
@@ -35,7 +36,7 @@ class CurveBook:
             rows = frame[(frame["model"] == model) & (frame["device"] == device) & (frame["tp"] == tp)]
             if rows.empty:
                 msg = f"no profile rows for {model}/{device}/tp{tp}"
-                raise ValueError(msg)
+                raise ProfileMissing(msg, field="profiles")
             at = latency_at_prompt(rows, pd.DataFrame({"model": [model], "prompt_tokens": [prompt]}))
             self._points[key] = at[at["in_range"].to_numpy()].sort_values("batch", kind="stable")
         return self._points[key]
@@ -50,8 +51,12 @@ class CurveBook:
         usable = np.isfinite(values[:, 0])
         batches, values = points["batch"].to_numpy(float)[usable], values[usable]
         if not len(batches) or batches.max() < batch:
-            msg = f"no {metric} profile for {model}/{device}/tp{tp} up to batch {batch} at prompt {prompt}"
-            raise ValueError(msg)
+            msg = (
+                f"no {metric} profile with a p50 for {model}/{device}/tp{tp} up to batch {batch} at prompt "
+                f"{prompt}: the simulator draws each latency from its p50 and p90; give the rows a p50 to "
+                "simulate"
+            )
+            raise ProfileMissing(msg, field="profiles")
         complete = [bool(np.isfinite(values[:, j]).all()) for j in range(3)]
         out: Curve = [None]
         for n in range(1, batch + 1):
