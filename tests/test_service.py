@@ -335,19 +335,24 @@ def hanging(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
     return pid_file
 
 
-def test_a_whatif_sweep_is_killed_at_its_deadline(hanging: Path) -> None:
-    base = inline_request()
-    base["options"]["time_limit_s"] = 0.5
-    body = {"base": base, "axes": [{"param": "demand_scale", "values": [1.0]}], "marginal": False}
-    budget = fleetplan.api.whatif.whatif_deadline_s(decode(json.dumps(body).encode(), WhatIfRequest))
+def _timed_sweep(body: dict, settings: Settings) -> tuple[SolvePool, Any, float]:
+    """POST /whatif `body` to a server with one solve slot; the pool, the answer and its wall seconds."""
     pool = SolvePool(slots=1, queue=1, context=cli_context)  # fork: the child runs the patched function
-    app = create_app(ProfileStore([bundled_root()]), settings=Settings(), pool=pool)
+    app = create_app(ProfileStore([bundled_root()]), settings=settings, pool=pool)
     with TestClient(app) as client:
         began = time.monotonic()
         answer = client.post(
             "/whatif", content=json.dumps(body), headers={"content-type": "application/json"}
         )
-        took = time.monotonic() - began
+        return pool, answer, time.monotonic() - began
+
+
+def test_a_whatif_sweep_is_killed_at_its_deadline(hanging: Path) -> None:
+    base = inline_request()
+    base["options"]["time_limit_s"] = 0.5
+    body = {"base": base, "axes": [{"param": "demand_scale", "values": [1.0]}], "marginal": False}
+    budget = fleetplan.api.whatif.whatif_deadline_s(decode(json.dumps(body).encode(), WhatIfRequest))
+    pool, answer, took = _timed_sweep(body, Settings())
     assert_problem(answer, 503, "base.options.time_limit_s", says="the sweep was stopped")
     assert budget - 0.5 < took < budget + 2
     assert _gone(int(hanging.read_text()))  # the sweep's process ended with the answer
@@ -364,14 +369,7 @@ def test_a_long_sweep_is_killed_at_the_servers_max_sweep_s(hanging: Path) -> Non
     axes.append({"param": "slo_scale", "start": 1.0, "stop": 2.0, "num": 50})
     body = {"base": base, "axes": axes, "marginal": False}
     assert fleetplan.api.whatif.whatif_deadline_s(decode(json.dumps(body).encode(), WhatIfRequest)) > 3600
-    pool = SolvePool(slots=1, queue=1, context=cli_context)
-    app = create_app(ProfileStore([bundled_root()]), settings=Settings(max_sweep_s=1.5), pool=pool)
-    with TestClient(app) as client:
-        began = time.monotonic()
-        answer = client.post(
-            "/whatif", content=json.dumps(body), headers={"content-type": "application/json"}
-        )
-        took = time.monotonic() - began
+    pool, answer, took = _timed_sweep(body, Settings(max_sweep_s=1.5))
     assert_problem(answer, 503, "base.options.time_limit_s", says="the server's max_sweep_s is 1.5")
     assert took < 1.5 + 2
     assert _gone(int(hanging.read_text()))
