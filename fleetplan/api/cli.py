@@ -632,16 +632,14 @@ PLOT_SUFFIXES = (".png", ".svg", ".pdf")
 def _check_trace(path: Path) -> "pd.DataFrame":
     """The --trace file as simulator.arrivals.load_trace reads it (read up front, so that a bad file is an
     InputError naming --trace: it was a traceback for an empty, ragged, non-UTF-8 or badly dated file)."""
-    import pandas as pd
-
     from fleetplan.models.errors import InputError
-    from fleetplan.simulator.arrivals import load_trace
+    from fleetplan.simulator.arrivals import CONTENT_ERRORS, load_trace
 
     try:
         return load_trace(path)
     except OSError as error:
         raise InputError(f"cannot read {str(path)!r}: {error.strerror}", field="--trace") from error
-    except (ValueError, KeyError, IndexError, TypeError, pd.errors.ParserError) as error:
+    except CONTENT_ERRORS as error:
         raise InputError(f"{str(path)!r}: {error}", field="--trace") from error
 
 

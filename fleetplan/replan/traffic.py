@@ -28,7 +28,14 @@ import pandas as pd
 from fleetplan.models.errors import InputError
 from fleetplan.models.plan import PlanRequest
 from fleetplan.models.store import TrafficSpec
-from fleetplan.simulator.arrivals import finite_column, load_trace, map_trace_to_classes, model_column, tokens
+from fleetplan.simulator.arrivals import (
+    CONTENT_ERRORS,
+    finite_column,
+    load_trace,
+    map_trace_to_classes,
+    model_column,
+    tokens,
+)
 
 FIELD = "traffic.path"
 
@@ -66,9 +73,7 @@ def read_rates(request: PlanRequest, spec: TrafficSpec) -> Rates:
             rates = _rates_from_requests(request, rows, spec.interval_s)
     except InputError:
         raise
-    # a file's content reaches pandas and numpy before it is known to be numbers: whatever they raise on
-    # it is the file's error, named as such (never a 500 or a traceback)
-    except (ValueError, KeyError, OSError, TypeError, IndexError, OverflowError) as error:
+    except (*CONTENT_ERRORS, OSError) as error:  # the file's error, named as such (never a 500)
         raise InputError(f"{spec.source} file {spec.path!r}: {error}", field=FIELD) from error
     if rates.rows == rates.unmapped or len(rates.unobserved) == len(request.workloads):
         raise InputError(_nothing_maps(request, spec, rates), field=FIELD)

@@ -25,6 +25,8 @@ class Arrivals:
 
 
 LOADED = ("t_s", "prompt_tokens", "output_tokens")  # load_trace's columns
+# what pandas and numpy raise on a file's content before it is known to be numbers: the file's error
+CONTENT_ERRORS = (ValueError, KeyError, TypeError, IndexError, OverflowError)
 
 
 def finite_column(
