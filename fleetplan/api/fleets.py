@@ -92,7 +92,8 @@ def open_store_at_startup(app: Litestar) -> None:
 class FleetBody(_CodecDTO, AbstractDTO[PlanRequest]):
     """A PUT /fleets/{name} body: a PlanRequest decoded by models.codec."""
 
-    def decode_bytes(self, value: bytes) -> PlanRequest:
+    @staticmethod
+    def decode_body(value: bytes) -> PlanRequest:
         return decode_request(value)
 
     def decode_builtins(self, value: dict[str, Any]) -> PlanRequest:
@@ -102,7 +103,8 @@ class FleetBody(_CodecDTO, AbstractDTO[PlanRequest]):
 class ReplanBody(_CodecDTO, AbstractDTO[ReplanRequest]):
     """A REPLAN body (every field optional; `{}` is the default re-plan)."""
 
-    def decode_bytes(self, value: bytes) -> ReplanRequest:
+    @staticmethod
+    def decode_body(value: bytes) -> ReplanRequest:
         return decode(value, ReplanRequest) if value.strip() else ReplanRequest()
 
     def decode_builtins(self, value: dict[str, Any]) -> ReplanRequest:

@@ -33,7 +33,8 @@ SVG = "image/svg+xml"
 class WhatIfBody(_CodecDTO, AbstractDTO[WhatIfRequest]):
     """Decode a POST /whatif body with models.codec.decode (errors name the field: "axes[0].param")."""
 
-    def decode_bytes(self, value: bytes) -> WhatIfRequest:
+    @staticmethod
+    def decode_body(value: bytes) -> WhatIfRequest:
         return decode(value, WhatIfRequest)
 
     def decode_builtins(self, value: dict[str, Any]) -> WhatIfRequest:

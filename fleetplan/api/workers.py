@@ -385,7 +385,9 @@ class SolvePool:
         self._children.add(worker)
         answered = False
         try:
-            await self._send(worker, worker.job(*job))
+            # pickled in a thread: a request with ~8 MB of inline profile rows takes ~120 ms, which on the
+            # event loop would hold every other request (/health among them) that long
+            await self._send(worker, await anyio.to_thread.run_sync(worker.job, *job))
             with anyio.move_on_at(deadline_at + KILL_SLACK_S):
                 await anyio.wait_readable(worker.conn.fileno())
                 try:
