@@ -149,6 +149,26 @@ def test_interrupt_keeps_finished_points_and_rerun_resumes(tmp_path: Path) -> No
     assert not partial.exists()
 
 
+def test_a_second_run_of_one_set_is_refused_while_the_first_holds_it(tmp_path: Path) -> None:
+    """Two runs of one set appended to one resume file (each skipping what it had read, both saving): the
+    second is refused at once, naming the resume file; another set, or the same one afterwards, runs."""
+    import fcntl
+
+    from fleetplan.models.errors import ProfileRunBusy
+
+    with open(tmp_path / ".run-fake-cpu", "a") as held:  # as a running `fleetplan profile` holds it
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        engine = FakeEngine()
+        busy = "another profiler run of set 'fake-cpu' is in progress"
+        with pytest.raises(ProfileRunBusy, match=busy) as caught:
+            run_grid(engine, grid(), tmp_path, "fake-cpu")
+        assert str(partial_path(tmp_path, "fake-cpu")) in str(caught.value)
+        assert engine.calls == []  # nothing measured
+        assert not partial_path(tmp_path, "fake-cpu").exists()  # no resume file started
+        assert run_grid(FakeEngine(), grid(), tmp_path, "other").done_now == 4
+    assert run_grid(FakeEngine(), grid(), tmp_path, "fake-cpu").done_now == 4
+
+
 def test_torn_last_line_is_measured_again(tmp_path: Path) -> None:
     with pytest.raises(RunInterrupted):
         run_grid(FakeEngine(interrupt_on=2 * 5 + 1), grid(), tmp_path, "s")

@@ -118,6 +118,14 @@ class ProfileSetExists(PlannerError):
     title = "Profile set exists"
 
 
+class ProfileRunBusy(PlannerError):
+    """Another run of the profiler holds the set's resume file (`fleetplan profile` of the same set and
+    store directory, in this or another process)."""
+
+    status_code = 409
+    title = "Profile run in progress"
+
+
 class StoreNotWritable(PlannerError):
     """No writable store root is configured (the bundled fixtures are read-only)."""
 

@@ -17,6 +17,9 @@ skips the points already there; a different grid is an InputError naming the dif
 discards the file). Ctrl-C raises RunInterrupted (a KeyboardInterrupt) saying how many points are kept.
 Only a complete run is checked (profiler.tables) and saved, atomically, by ProfileStore.save into `<out>`;
 the partial file is removed after that save succeeds, so an interrupted save resumes with nothing to measure.
+One run of a set at a time per store directory: a run holds an flock on `<out>/.run-<name>` throughout, and
+a second run of the same set there is refused at once (ProfileRunBusy) rather than appending to the same
+resume file.
 """
 
 import contextlib
@@ -33,13 +36,18 @@ import msgspec
 import pandas as pd
 
 from fleetplan.models.codec import convert, to_builtins
-from fleetplan.models.errors import InputError, ProfileMissing
+from fleetplan.models.errors import InputError, ProfileMissing, ProfileRunBusy
 from fleetplan.models.profile import ProfileGrid, ProfileRow, ProfileSetManifest
 from fleetplan.profiler.engines.base import Engine
 from fleetplan.profiler.stats import latency_columns
 from fleetplan.profiler.store import ProfileStore
 from fleetplan.profiler.tables import check_no_nan, missing_grid_points, monotone_warnings
 from fleetplan.progress import progress_bar
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - not POSIX
+    fcntl = None
 
 Point = tuple[str, int, int, int]
 PARTIAL_SUFFIX = ".partial.jsonl"
@@ -201,6 +209,29 @@ def _progress(total: int, done: int, show: bool, label: str) -> Iterator[Callabl
         yield advance
 
 
+@contextlib.contextmanager
+def _one_run(out: Path, name: str) -> Iterator[None]:
+    """Hold an exclusive flock on `<out>/.run-<name>` (not the store's save lock, `.lock-<name>`, which a
+    save inside the run takes), or raise ProfileRunBusy where another run holds it. Without flock (not
+    POSIX) runs are not serialized."""
+    if fcntl is None:
+        yield
+        return
+    with open(out / f".run-{name}", "a") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            msg = (
+                f"another profiler run of set {name!r} is in progress in {out} (its resume file is "
+                f"{partial_path(out, name)}); wait for it to end, or stop it, and run again"
+            )
+            raise ProfileRunBusy(msg, field="set") from None
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
 def run_grid(
     engine: Engine,
     grid: ProfileGrid,
@@ -214,10 +245,24 @@ def run_grid(
     """Measure (or estimate) every point of `grid`, then save set `name` atomically into the store `out`.
 
     Raises RunInterrupted on Ctrl-C (finished points kept), InputError for a grid that does not match the
-    partial file, and the table checks' ProfileMissing (naming rows) before anything replaces a stored set.
+    partial file, ProfileRunBusy while another run of the set holds the store directory's resume file, and
+    the table checks' ProfileMissing (naming rows) before anything replaces a stored set.
     """
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
+    with _one_run(out, name):
+        return _run_grid(engine, grid, out, name, restart, show_progress, description)
+
+
+def _run_grid(
+    engine: Engine,
+    grid: ProfileGrid,
+    out: Path,
+    name: str,
+    restart: bool,
+    show_progress: bool,
+    description: str | None,
+) -> RunResult:
     store = ProfileStore([out], writable=out)
     validate = getattr(engine, "validate_grid", None)
     if callable(validate):
