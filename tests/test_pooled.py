@@ -168,3 +168,27 @@ def test_credit_runs_a_split_shape_as_one_pool_where_the_model_credits_that_more
     joined = [k for k in after if len(after[k]) == 1 < len(before[k])]
     assert joined
     assert all(p.utilization <= p.headroom + 1e-9 for p in merged.pools)
+
+
+def test_capacity_coefficients_are_set_as_a_lil_assignment_would():
+    """pooled._with_capacity_coefficients edits the CSR arrays in place of a LIL round trip: the same
+    matrix, entry for entry, where the coefficient exists and where it was 0 (absent)."""
+    import scipy.sparse as sp
+
+    rng = np.random.default_rng(0)
+    for trial in range(50):
+        n = int(rng.integers(5, 40))
+        start = int(rng.integers(0, 20))
+        lil = sp.random(start + n + 10, n + 15, density=0.1, format="lil", random_state=trial)
+        for p in range(n):
+            lil[start + p, p] = -rng.random() if rng.random() < 0.8 else 0.0
+        A = lil.tocsr()
+        A.eliminate_zeros()
+        pools = np.flatnonzero(rng.random(n) < 0.5)
+        rho = rng.random(n)
+        expected = A.tolil(copy=True)
+        for p in pools:
+            expected[start + p, p] = -rho[p]
+        got = pooled._with_capacity_coefficients(A, start, pools, rho)
+        assert np.array_equal(got.toarray(), expected.toarray()), trial
+        assert np.array_equal(A.toarray(), lil.toarray())  # the input is left as it was

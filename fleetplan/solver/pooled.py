@@ -28,6 +28,7 @@ import time
 
 import numpy as np
 import pandas as pd
+import scipy.sparse as sp
 
 from fleetplan.models.plan import Options, PlanRequest, StageRecord, StageStep
 from fleetplan.solver.backends import Sense, SolveResult, get_backend
@@ -277,12 +278,10 @@ def fixed_form(
     the linking rows and, in the pools whose headroom rose, the flow columns' bound `rho r x_hi`
     (`formulation.column_bounds`; it binds where a pool runs every instance its devices allow), replaced by
     `flow_hi` (per use: the class's demand; NaN where the bound stays)."""
-    a = form.A.tolil(copy=True)
     row_lo, row_hi = form.row_lo.copy(), form.row_hi.copy()
     blocks = {name: (start, end) for name, start, end in form.row_blocks}
     start, _ = blocks["capacity"]
-    for p in np.flatnonzero(raised):
-        a[start + p, p] = -rho[p]
+    a = _with_capacity_coefficients(form.A, start, np.flatnonzero(raised), rho)
     # f <= min(demand, rho r) x: implied by the demand and capacity rows once x is fixed, and stale here
     link_start, link_end = blocks.get("linking", (0, 0))
     row_lo[link_start:link_end], row_hi[link_start:link_end] = -np.inf, np.inf
@@ -293,4 +292,26 @@ def fixed_form(
     flows = slice(cols.use_offset, cols.use_offset + len(flow_hi))
     col_hi[flows] = np.where(np.isfinite(flow_hi), flow_hi, col_hi[flows])
     col_hi[cols.use_offset + np.flatnonzero(blocked)] = 0.0
-    return dataclasses.replace(form, A=a.tocsr(), row_lo=row_lo, row_hi=row_hi, col_lo=col_lo, col_hi=col_hi)
+    return dataclasses.replace(form, A=a, row_lo=row_lo, row_hi=row_hi, col_lo=col_lo, col_hi=col_hi)
+
+
+def _with_capacity_coefficients(
+    A: sp.csr_matrix, start: int, pools: np.ndarray, rho: np.ndarray
+) -> sp.csr_matrix:
+    """A copy of A with the x coefficient of each of `pools`' capacity rows (row start + p, column p) set to
+    -rho[p], in place in the CSR arrays (a LIL round trip took ~15 ms per call on paper.json); an entry
+    the matrix does not hold (a coefficient that was 0) is added."""
+    a = A.tocsr(copy=True)
+    a.sort_indices()
+    absent = []
+    for p in pools:  # the raised pools: tens at most
+        lo, hi = a.indptr[start + p], a.indptr[start + p + 1]
+        k = lo + int(np.searchsorted(a.indices[lo:hi], p))
+        if k < hi and a.indices[k] == p:
+            a.data[k] = -rho[p]
+        else:
+            absent.append(p)
+    if absent:
+        rows = start + np.asarray(absent)
+        a = a + sp.csr_matrix((-rho[absent], (rows, np.asarray(absent))), shape=a.shape)
+    return a
