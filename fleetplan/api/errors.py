@@ -25,6 +25,7 @@ from fleetplan.models.errors import (
     PlannerError,
     PlanVerificationError,
     ProfileMissing,
+    ProfileRunBusy,
     ProfileSetExists,
     ServerBusy,
     SolverFailure,
@@ -58,6 +59,7 @@ ERRORS: dict[type[PlannerError], tuple[str, int]] = {
         (NotFound, "not-found"),
         (StoreUnavailable, "store-unavailable"),
         (EndpointError, "profiling-endpoint-error"),
+        (ProfileRunBusy, "profile-run-busy"),
     ]
 }
 _SLUGS = {cls: slug for cls, (slug, _) in ERRORS.items()}
