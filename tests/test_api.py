@@ -649,8 +649,8 @@ def _padded(rows: int) -> dict[str, Any]:
 def test_a_large_body_is_decoded_off_the_event_loop(client: TestClient, monkeypatch) -> None:
     """A body over OFF_LOOP_BYTES is decoded (duplicate-key check included) in a worker thread before the
     handler, and the DTO takes that value instead of decoding again; a small one on the loop, once.
-    Measured (8 concurrent 7.7 MB bodies against `fleetplan serve`): /health's worst answer 0.95-1.02 s ->
-    0.51 s (docs/api.md, "Large bodies")."""
+    Measured (bench/large_bodies.py: 8 concurrent 7.4 MB bodies against `fleetplan serve`): /health's
+    worst answer 1.43-1.69 s -> 0.46-0.59 s (docs/api.md, "Large bodies")."""
     import asyncio
 
     from fleetplan.api import app as app_module
