@@ -40,14 +40,9 @@ from fleetplan.models.errors import InputError, ProfileMissing, ProfileRunBusy
 from fleetplan.models.profile import ProfileGrid, ProfileRow, ProfileSetManifest
 from fleetplan.profiler.engines.base import Engine
 from fleetplan.profiler.stats import latency_columns
-from fleetplan.profiler.store import ProfileStore
+from fleetplan.profiler.store import ProfileStore, held_flock
 from fleetplan.profiler.tables import check_no_nan, missing_grid_points, monotone_warnings
 from fleetplan.progress import progress_bar
-
-try:
-    import fcntl
-except ImportError:  # pragma: no cover - not POSIX
-    fcntl = None
 
 Point = tuple[str, int, int, int]
 PARTIAL_SUFFIX = ".partial.jsonl"
@@ -214,22 +209,16 @@ def _one_run(out: Path, name: str) -> Iterator[None]:
     """Hold an exclusive flock on `<out>/.run-<name>` (not the store's save lock, `.lock-<name>`, which a
     save inside the run takes), or raise ProfileRunBusy where another run holds it. Without flock (not
     POSIX) runs are not serialized."""
-    if fcntl is None:
-        yield
-        return
-    with open(out / f".run-{name}", "a") as handle:
+    with contextlib.ExitStack() as stack:
         try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            stack.enter_context(held_flock(out / f".run-{name}", wait=False))
         except BlockingIOError:
             msg = (
                 f"another profiler run of set {name!r} is in progress in {out} (its resume file is "
                 f"{partial_path(out, name)}); wait for it to end, or stop it, and run again"
             )
             raise ProfileRunBusy(msg, field="set") from None
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+        yield
 
 
 def run_grid(

@@ -236,11 +236,20 @@ def _locked(root: Path, name: str) -> Iterator[None]:
     processes: without it two saves of one name could each prune the version the other was about to link
     (the set then pointed at a deleted directory), and two `replace=false` uploads could both pass the
     existence check. Where flock is missing (not POSIX) saves are not serialized."""
+    with held_flock(root / f".lock-{name}"):
+        yield
+
+
+@contextlib.contextmanager
+def held_flock(path: Path, *, wait: bool = True) -> Iterator[None]:
+    """An exclusive flock on `path` (created if need be) for the with-block, across threads and processes;
+    with `wait=False`, BlockingIOError at once where another holder has it. Where flock is missing (not
+    POSIX), no lock: the block runs unserialized."""
     if fcntl is None:
         yield
         return
-    with open(root / f".lock-{name}", "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
+    with open(path, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
         try:
             yield
         finally:

@@ -312,6 +312,6 @@ def _with_capacity_coefficients(
         else:
             absent.append(p)
     if absent:
-        rows = start + np.asarray(absent)
-        a = a + sp.csr_matrix((-rho[absent], (rows, np.asarray(absent))), shape=a.shape)
+        cols = np.asarray(absent)
+        a = a + sp.csr_matrix((-rho[cols], (start + cols, cols)), shape=a.shape)
     return a
