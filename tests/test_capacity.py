@@ -1004,13 +1004,49 @@ def test_share_and_kv_share_are_longest_over_own_within_a_pool_shape():
             {**shape, "role": "colocated", "ttft_ms": 80.0, "tbt_ms": 5.0},
             {**shape, "role": "prefill", "ttft_ms": 30.0, "tbt_ms": 5.0, "batch": 1},  # its own shape
         ]
-    )
+    ).assign(w=range(7))  # a class per use
     classes = pd.DataFrame({"output_tokens": [33, 129, 33, 129, 33, 129, 33]})
     share = _share(uses, classes)
     expected = [80 / 20, 1.0, (128 * 6) / (32 * 5), 1.0, (80 + 128 * 5) / (20 + 32 * 5), 1.0, 1.0]
     np.testing.assert_allclose(share, expected, rtol=1e-12)
     t_kv = np.array([4.0, 16.0, 4.0, 16.0, 0.0, 0.0, 5.0])
     np.testing.assert_allclose(_kv_share(uses, t_kv), [4.0, 1.0, 4.0, 1.0, 1.0, 1.0, 1.0], rtol=1e-12)
+
+
+def test_kv_share_leaves_out_the_classs_own_other_kv_level():
+    """A class rides a pool at one KV level, so the transfer of its slower level (into a slower decode
+    tier) never shares the NIC with its faster level's: only other classes' transfers lengthen the wait."""
+    shape = {"owner": "m", "role": "prefill", "device": "gpu", "tp": 1, "batch": 4}
+    uses = pd.DataFrame(
+        [
+            {**shape, "w": 0},  # class 0, fast tier: 4 ms
+            {**shape, "w": 0},  # class 0, slow tier: 12 ms
+            {**shape, "w": 1},  # class 1, one level: 8 ms
+            {**shape, "batch": 1, "w": 2},  # class 2 alone on its shape, two levels: 5 and 15 ms
+            {**shape, "batch": 1, "w": 2},
+        ]
+    )
+    t_kv = np.array([4.0, 12.0, 8.0, 5.0, 15.0])
+    share = _kv_share(uses, t_kv)
+    np.testing.assert_allclose(share, [8.0 / 4.0, 1.0, 12.0 / 8.0, 1.0, 1.0], rtol=1e-12)
+    # the longest transfer a use waits behind is never shorter than its own, nor longer than the shape's
+    assert np.all(share * t_kv >= t_kv)
+    assert np.all(share * t_kv <= [12.0, 12.0, 12.0, 15.0, 15.0])
+
+
+def test_kv_share_counts_the_classs_flows_of_another_key():
+    """Under a link budget a class's prefill flows are resolved by decode device (`key`), one prefill row
+    per (class, pool, key): its flows of two keys may ride one pool, so each waits behind the other's
+    transfers (a plan of generated request 35 broke its route's SLO in verification when they did not)."""
+    shape = {"owner": "m", "role": "prefill", "device": "gpu", "tp": 1, "batch": 1, "w": 0}
+    uses = pd.DataFrame(
+        [
+            {**shape, "key": "a6000ada"},  # fast decoders: 4 ms
+            {**shape, "key": "inf2"},  # slow decoders: 12 ms
+            {**shape, "key": "a6000ada"},  # the first key's flows at their slower level: 6 ms
+        ]
+    )
+    np.testing.assert_allclose(_kv_share(uses, np.array([4.0, 12.0, 6.0])), [3.0, 1.0, 2.0], rtol=1e-12)
 
 
 # --- end to end: the promise in the simulator ---------------------------------------------------------------

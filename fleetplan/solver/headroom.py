@@ -136,11 +136,34 @@ def _shape(uses: pd.DataFrame) -> list[str]:
 
 
 def _kv_share(uses: pd.DataFrame, t_kv: np.ndarray) -> np.ndarray:
-    """Per use whose KV moves: the longest transfer among the classes that may share its pool shape (and so
-    its NIC, a FIFO server), over its own. A short prompt's transfer waits behind a long one's."""
+    """Per use whose KV moves: the longest transfer that may share its NIC (a FIFO server), over its own. A
+    short prompt's transfer waits behind a long one's. What may share it: its own transfer and those of
+    every other (class, key) that may share its pool shape, at the slowest of their levels. A pool carries
+    a class's flows of one key at one KV level (`_slowest_level`; docs/formulation.md, "KV levels"), so
+    the transfers of that (class, key)'s other level never share the NIC with this one; a class's flows
+    of another key (a link budget resolves flows by decode device) may."""
     shape = _shape(uses)
-    longest = uses[shape].assign(t=t_kv).groupby(shape)["t"].transform("max").to_numpy()
-    return np.where(t_kv > 0, np.maximum(longest / np.maximum(t_kv, 1e-9), 1.0), 1.0)
+    group = uses.groupby(shape, sort=False).ngroup().to_numpy()
+    rider = uses.groupby(["w", "key"] if "key" in uses.columns else ["w"], sort=False).ngroup().to_numpy()
+    longest = _longest_of_others(group, rider, t_kv)
+    return np.where(t_kv > 0, np.maximum(np.maximum(longest, t_kv) / np.maximum(t_kv, 1e-9), 1.0), 1.0)
+
+
+def _longest_of_others(group: np.ndarray, rider: np.ndarray, value: np.ndarray) -> np.ndarray:
+    """Per row: the largest `value` among the rows of its group of another `rider` (0 if none)."""
+    if len(value) == 0:
+        return np.zeros(0)
+    frame = pd.DataFrame({"g": group, "r": rider, "v": value})
+    per_rider = frame.groupby(["g", "r"], sort=False)["v"].max().reset_index()
+    ranked = per_rider.sort_values(["g", "v"], ascending=[True, False], kind="stable")
+    g, r, v = (ranked[name].to_numpy() for name in ("g", "r", "v"))
+    n_groups = int(group.max()) + 1
+    top_rider, top, runner_up = np.full(n_groups, -1), np.zeros(n_groups), np.zeros(n_groups)
+    head = np.r_[True, g[1:] != g[:-1]]  # each group's largest rider maximum comes first
+    top_rider[g[head]], top[g[head]] = r[head], v[head]
+    second = np.r_[False, head[:-1]] & ~head  # the next row within its group: the second largest
+    runner_up[g[second]] = v[second]
+    return np.where(rider == top_rider[group], runner_up[group], top[group])
 
 
 def headroom_levels(
