@@ -26,7 +26,7 @@ from fleetplan.models import PlanRequest
 from fleetplan.solver import extract, plan
 from fleetplan.solver.backends import Sense, get_backend
 from fleetplan.solver.candidates import build_candidates
-from fleetplan.solver.formulation import KEY, MatrixForm, build_matrix, define_device_cuts, switch_values
+from fleetplan.solver.formulation import KEY, MatrixForm, build_matrix, device_cuts, switch_values
 from fleetplan.solver.pipeline import resolve_profiles
 
 SETTINGS = settings(
@@ -122,22 +122,14 @@ def test_strengthened_model_keeps_the_optima_queueing(body):
 
 def test_device_cut_by_hand():
     # 7 GPUs, pools of tp 1, 2 and 4: d = 2 gives x2 + 2 x4 <= 3, d = 4 gives x4 <= 1
-    from types import SimpleNamespace
-
-    import pandas as pd
-
-    cand = SimpleNamespace(
-        devices=pd.DataFrame({"device": ["gpu"], "count": [7]}),
-        pools=pd.DataFrame({"device": ["gpu", "gpu", "gpu"], "tp": [1, 2, 4]}),
-    )
-    block = define_device_cuts(cand, None)
+    on_gpu, tp, columns = np.zeros(3, int), np.array([1, 2, 4]), np.arange(3)
+    block = device_cuts(np.array([7.0]), on_gpu, tp, columns)
     dense = np.zeros((block.n_rows, 3))
     np.add.at(dense, (block.rows, block.cols), block.vals)
     assert dense.tolist() == [[0, 1, 2], [0, 0, 1]]
     assert block.hi.tolist() == [3, 1]
     # 8 GPUs: every cut is implied by the device row (8 % 2 == 8 % 4 == 0), none is added
-    cand.devices["count"] = [8]
-    assert define_device_cuts(cand, None).n_rows == 0
+    assert device_cuts(np.array([8.0]), on_gpu, tp, columns).n_rows == 0
 
 
 # ------------------------------------------------------------------------------------ the cost tie-break

@@ -23,6 +23,7 @@ import scipy.sparse as sp
 from fleetplan.models.codec import encode
 from fleetplan.models.plan import PlanRequest
 from fleetplan.solver.candidates import ANY_DEVICE, Candidates
+from fleetplan.solver.headroom import kept_on
 
 INF = np.inf
 # a budget within this of the fleet's cost ($/h) counts as reaching it (spends_all)
@@ -112,6 +113,98 @@ def _numbered(numbers: np.ndarray) -> int:
     return int(numbers.max(initial=-1)) + 1
 
 
+@dataclass(frozen=True)
+class ModelArrays:
+    """The columns of the candidate tables that the model's rows and bounds read, as numpy arrays, taken
+    once per set of tables (`model_arrays`). On these models a pandas lookup (a column, a map, a groupby)
+    costs more than the arithmetic it feeds: build_matrix made some 200 of them, 20-35 ms a model."""
+
+    # per use (a row of cand.uses)
+    w: np.ndarray  # its class
+    pool: np.ndarray
+    role: np.ndarray  # "colocated", "prefill" or "decode"
+    rate: np.ndarray  # r[w, pool]: the full-batch rate of one instance (requests/s)
+    kv_gbit: np.ndarray
+    key: np.ndarray  # the decode device its KV flow is resolved to, or ANY_DEVICE
+    tier: np.ndarray  # a decode use's bandwidth tier
+    level: np.ndarray  # a prefill use's KV level
+    device: np.ndarray
+    demand: np.ndarray  # lambda_w of its class (use_demand)
+    # per pool (a row of cand.pools)
+    pool_device: np.ndarray  # its device's position in cand.devices
+    pool_tp: np.ndarray
+    pool_rho: np.ndarray
+    pool_nic_rho: np.ndarray
+    pool_role: np.ndarray
+    pool_key: np.ndarray  # pool_keys
+    pool_owner: np.ndarray  # owner_numbers
+    # per device type (a row of cand.devices)
+    nic: np.ndarray
+    price: np.ndarray
+    count: np.ndarray
+    capacity: np.ndarray  # count plus what may be bought (`_capacity_column`)
+    # per class (a row of cand.classes)
+    class_demand: np.ndarray
+    class_weight: np.ndarray
+
+
+def model_arrays(cand: Candidates) -> ModelArrays:
+    """cand's ModelArrays, kept on it for these very frames (headroom.kept_on)."""
+    frames = (cand.pools, cand.uses, cand.classes, cand.devices)
+    return kept_on(cand, "model_arrays", frames, lambda: _model_arrays(*frames))
+
+
+def _model_arrays(
+    pools: pd.DataFrame, uses: pd.DataFrame, classes: pd.DataFrame, devices: pd.DataFrame
+) -> ModelArrays:
+    class_demand = classes["rate_rps"].to_numpy(float)
+    w = uses["w"].to_numpy(np.int64)
+    names = devices["device"].to_numpy()
+    order = np.argsort(names, kind="stable")
+    pool_names = pools["device"].to_numpy()
+    pool_device = order[np.minimum(np.searchsorted(names[order], pool_names), max(len(names) - 1, 0))]
+    if len(pool_names) and not (names[pool_device] == pool_names).all():
+        msg = "internal: a candidate pool on a device type the tables do not list"
+        raise AssertionError(msg)
+    view = ModelArrays(
+        w=w,
+        pool=uses["pool"].to_numpy(np.int64),
+        role=uses["role"].to_numpy(),
+        rate=uses["rate_rps"].to_numpy(float),
+        kv_gbit=uses["kv_gbit"].to_numpy(float),
+        key=uses["key"].to_numpy(),
+        tier=uses["tier"].to_numpy(np.int64),
+        level=uses["level"].to_numpy(np.int64),
+        device=uses["device"].to_numpy(),
+        demand=class_demand[w],
+        pool_device=pool_device,
+        pool_tp=pools["tp"].to_numpy(float),
+        pool_rho=pools["rho"].to_numpy(float),
+        pool_nic_rho=pools["nic_rho"].to_numpy(float),
+        pool_role=pools["role"].to_numpy(),
+        pool_key=_sorted_numbers([pools[column].to_numpy() for column in KEY]),
+        pool_owner=np.unique(pools["owner"].to_numpy(), return_inverse=True)[1].astype(np.int64),
+        nic=devices["nic_gbps"].to_numpy(float),
+        price=devices["cost_per_hour"].to_numpy(float),
+        count=devices["count"].to_numpy(float),
+        capacity=devices[_capacity_column(devices)].to_numpy(float),
+        class_demand=class_demand,
+        class_weight=classes["weight"].to_numpy(float),
+    )
+    for name in ModelArrays.__dataclass_fields__:
+        getattr(view, name).flags.writeable = False  # shared by every caller of these tables: read-only
+    return view
+
+
+def _sorted_numbers(columns: list[np.ndarray]) -> np.ndarray:
+    """Per row, the number 0..K-1 of its tuple of values among the distinct tuples in sorted order (what
+    pandas' `groupby(columns, sort=True).ngroup()` gives)."""
+    if not len(columns[0]):
+        return np.zeros(0, np.int64)
+    codes = np.stack([np.unique(c, return_inverse=True)[1].ravel() for c in columns], axis=1)
+    return np.unique(codes, axis=0, return_inverse=True)[1].ravel().astype(np.int64)
+
+
 @dataclass
 class MatrixForm:
     """A backend-neutral MILP: optimize c @ v subject to row_lo <= A v <= row_hi, col bounds, integrality."""
@@ -154,27 +247,27 @@ class MatrixForm:
 def chain_columns(cand: Candidates) -> pd.DataFrame:
     """The s[w, key, j] variables: j = 0 .. J-2 for every (class, key) with J decode tiers, ordered by
     (w, key, j)."""
-    uses = cand.uses
-    decode = (uses["role"] == "decode").to_numpy()
-    keys, key_code = np.unique(uses["key"].to_numpy()[decode], return_inverse=True)
-    group = uses["w"].to_numpy(np.int64)[decode] * len(keys) + key_code
+    t = model_arrays(cand)
+    decode = t.role == "decode"
+    keys, key_code = np.unique(t.key[decode], return_inverse=True)
+    group = t.w[decode] * len(keys) + key_code
     groups, member = np.unique(group, return_inverse=True)
     count = np.zeros(len(groups), np.int64)  # J - 1 slack variables per (w, key)
-    np.maximum.at(count, member, uses["tier"].to_numpy(np.int64)[decode])
+    np.maximum.at(count, member, t.tier[decode])
     of = np.repeat(np.arange(len(groups)), count)
     tier = np.arange(len(of)) - np.repeat(np.cumsum(count) - count, count)
     n_keys = max(len(keys), 1)
-    key = pd.Series(keys[groups[of] % n_keys], dtype=uses["key"].dtype)
+    key = pd.Series(keys[groups[of] % n_keys], dtype=cand.uses["key"].dtype)
     return pd.DataFrame({"w": groups[of] // n_keys, "key": key, "tier": tier})
 
 
 def _use_rate_coefficients(cand: Candidates) -> np.ndarray:
-    return 1.0 / cand.uses["rate_rps"].to_numpy()
+    return 1.0 / model_arrays(cand).rate
 
 
 def use_demand(cand: Candidates) -> np.ndarray:
-    """Per use (row of cand.uses): its class's demand lambda_w in requests/s."""
-    return cand.classes["rate_rps"].to_numpy(float)[cand.uses["w"].to_numpy()]
+    """Per use (row of cand.uses): its class's demand lambda_w in requests/s (read-only: `model_arrays`)."""
+    return model_arrays(cand).demand
 
 
 def pool_ceilings(cand: Candidates) -> tuple[np.ndarray, np.ndarray]:
@@ -185,12 +278,13 @@ def pool_ceilings(cand: Candidates) -> tuple[np.ndarray, np.ndarray]:
     them), and the last KV-flow row makes its decode flow equal its prefill flow. So D = sum over the
     distinct (w, pool) of lambda_w / r[w, pool], T likewise with lambda_w * kv_gbit[w].
     """
-    uses, pools = cand.uses, cand.pools
-    demand = use_demand(cand)
-    first = ~uses.duplicated(["w", "pool"]).to_numpy()
-    pool = uses["pool"].to_numpy()[first]
-    load = np.bincount(pool, weights=(demand / uses["rate_rps"].to_numpy())[first], minlength=len(pools))
-    traffic = np.bincount(pool, weights=(demand * uses["kv_gbit"].to_numpy())[first], minlength=len(pools))
+    t = model_arrays(cand)
+    n_pools = len(t.pool_tp)
+    first = np.zeros(len(t.pool), dtype=bool)  # the first use of each (w, pool)
+    first[np.unique(t.w * n_pools + t.pool, return_index=True)[1]] = True
+    pool = t.pool[first]
+    load = np.bincount(pool, weights=(t.demand / t.rate)[first], minlength=n_pools)
+    traffic = np.bincount(pool, weights=(t.demand * t.kv_gbit)[first], minlength=n_pools)
     return load, traffic
 
 
@@ -205,14 +299,13 @@ def define_capacity(cand: Candidates, cols: Columns, strengthen: bool = True) ->
     is at most D <= D * x. So every integer point of the rho form satisfies the min(rho, D) form and vice
     versa; only fractional x (the LP relaxation) is cut, where a pool that could never fill one instance
     no longer gets its load for a fraction of an instance."""
-    uses = cand.uses
+    t = model_arrays(cand)
     n_pools = cols.n_pools
-    rho = cand.pools["rho"].to_numpy(float)
+    rho = t.pool_rho
     if strengthen:
         rho = np.minimum(rho, pool_ceilings(cand)[0])
-    pool = uses["pool"].to_numpy()
-    rows = np.concatenate([pool, np.arange(n_pools)])
-    columns = np.concatenate([cols.use_offset + np.arange(len(uses)), np.arange(n_pools)])
+    rows = np.concatenate([t.pool, np.arange(n_pools)])
+    columns = np.concatenate([cols.use_offset + np.arange(len(t.pool)), np.arange(n_pools)])
     vals = np.concatenate([_use_rate_coefficients(cand), -rho])
     return Block("capacity", n_pools, rows, columns, vals, np.full(n_pools, -INF), np.zeros(n_pools))
 
@@ -224,13 +317,13 @@ def define_kv_flow(cand: Candidates, cols: Columns) -> Block:
     (Hall's condition for nested reachable sets), and at the last tier, prefill flow = decode flow.
     Rows are ordered by (w, key, j); each (w, key, j) is one integer code, so rows are found by sorting.
     """
-    uses = cand.uses
-    disagg = np.flatnonzero((uses["role"] != "colocated").to_numpy())
-    decode = uses["role"].to_numpy()[disagg] == "decode"
-    j = np.where(decode, uses["tier"].to_numpy()[disagg], uses["level"].to_numpy()[disagg]).astype(np.int64)
-    keys, key_code = np.unique(uses["key"].to_numpy()[disagg], return_inverse=True)
+    t = model_arrays(cand)
+    disagg = np.flatnonzero(t.role != "colocated")
+    decode = t.role[disagg] == "decode"
+    j = np.where(decode, t.tier[disagg], t.level[disagg]).astype(np.int64)
+    keys, key_code = np.unique(t.key[disagg], return_inverse=True)
     n_keys, n_j = len(keys), int(j.max(initial=0)) + 2  # room for the chain's j + 1 past the last tier
-    code = (uses["w"].to_numpy(np.int64)[disagg] * n_keys + key_code) * n_j + j
+    code = (t.w[disagg] * n_keys + key_code) * n_j + j
     row_codes, use_rows = np.unique(code, return_inverse=True)
 
     chain = cols.chain
@@ -258,16 +351,16 @@ def _rows_of(row_codes: np.ndarray, codes: np.ndarray) -> np.ndarray:
 
 def served_coefficients(cand: Candidates) -> tuple[np.ndarray, np.ndarray]:
     """(use index, class) of the columns whose sum is served[w]: colocated and prefill flows."""
-    uses = cand.uses
-    counted = (uses["role"] != "decode").to_numpy()
-    return np.flatnonzero(counted), uses["w"].to_numpy()[counted]
+    t = model_arrays(cand)
+    counted = t.role != "decode"
+    return np.flatnonzero(counted), t.w[counted]
 
 
 def define_demand(cand: Candidates, cols: Columns, full: bool) -> Block:
     """served[w] <= lambda_w (== lambda_w when `full`, for min_cost)."""
     index, w = served_coefficients(cand)
-    n = len(cand.classes)
-    demand = cand.classes["rate_rps"].to_numpy(float)
+    demand = model_arrays(cand).class_demand
+    n = len(demand)
     lo = demand if full else np.full(n, -INF)
     return Block("demand", n, w, cols.use_offset + index, np.ones(len(index)), lo, demand)
 
@@ -275,13 +368,11 @@ def define_demand(cand: Candidates, cols: Columns, full: bool) -> Block:
 def define_devices(cand: Candidates, cols: Columns) -> Block:
     """sum_{pools on k} t * x[pool] - b[k] <= N_k for every device type k (b[k] only where purchasable),
     written over the instance counts of instance_units: n[s] for a shape's pools, x for a pool alone."""
-    devices = cand.devices.reset_index(drop=True)
-    position = pd.Series(np.arange(len(devices)), index=devices["device"])
+    t = model_arrays(cand)
     unit_cols, unit_pools = instance_units(cand, cols)
-    pools = cand.pools
-    rows = position.loc[pools["device"].to_numpy()[unit_pools]].to_numpy()
-    n = len(devices)
-    tp = pools["tp"].to_numpy(float)[unit_pools]
+    rows = t.pool_device[unit_pools]
+    n = len(t.count)
+    tp = t.pool_tp[unit_pools]
     buy_rows, buy_cols, buy_vals = define_purchases(cand, cols)
     return Block(
         "devices",
@@ -290,7 +381,7 @@ def define_devices(cand: Candidates, cols: Columns) -> Block:
         np.concatenate([unit_cols, buy_cols]),
         np.concatenate([tp, buy_vals]),
         np.full(n, -INF),
-        devices["count"].to_numpy(float),
+        t.count,
     )
 
 
@@ -298,7 +389,7 @@ def shape_numbers(cand: Candidates) -> np.ndarray:
     """Per pool, the number s (0, 1, ...) of its pool shape (KEY: owner, role, device, tp, batch) among the
     shapes offered as more than one pool (headroom levels, mixes), or -1 where the pool is its shape's only
     one."""
-    key = pool_keys(cand)
+    key = model_arrays(cand).pool_key
     multi = np.bincount(key)[key] > 1
     numbers = np.full(len(key), -1)
     numbers[multi] = np.unique(key[multi], return_inverse=True)[1]
@@ -322,10 +413,11 @@ def device_use_row(cand: Candidates, cols: Columns, device: str) -> np.ndarray:
     """The coefficients of `sum_{pools on device} t * x` over the full column vector (written over
     instance_units, as the device rows are): how many devices of that type a plan uses, bought ones
     included."""
+    t = model_arrays(cand)
     unit_cols, unit_pools = instance_units(cand, cols)
     on = cand.pools["device"].to_numpy()[unit_pools] == device
     row = np.zeros(cols.size)
-    row[unit_cols[on]] = cand.pools["tp"].to_numpy(float)[unit_pools[on]]
+    row[unit_cols[on]] = t.pool_tp[unit_pools[on]]
     return row
 
 
@@ -355,7 +447,7 @@ def define_shapes(cand: Candidates, cols: Columns) -> Block:
 
 def owner_numbers(cand: Candidates) -> np.ndarray:
     """Per pool, the number o (0, 1, ...) of its owner (a model, or a class under per-class pooling)."""
-    return np.unique(cand.pools["owner"].to_numpy(), return_inverse=True)[1].astype(np.int64)
+    return model_arrays(cand).pool_owner
 
 
 def define_switches(cand: Candidates, cols: Columns) -> Block:
@@ -379,13 +471,13 @@ def define_switches(cand: Candidates, cols: Columns) -> Block:
     n = cols.n_switches
     if not n:
         return _empty("switches")
-    pools = cand.pools
+    t = model_arrays(cand)
     index, w = served_coefficients(cand)
-    served_owner = cols.switch[cand.uses["pool"].to_numpy()[index]]
+    served_owner = cols.switch[t.pool[index]]
     pairs = np.unique(np.stack([served_owner, w]), axis=1)
-    demand = np.bincount(pairs[0], weights=cand.classes["rate_rps"].to_numpy(float)[pairs[1]], minlength=n)
+    demand = np.bincount(pairs[0], weights=t.class_demand[pairs[1]], minlength=n)
     unit_cols, unit_pools = instance_units(cand, cols)
-    role, owner = pools["role"].to_numpy()[unit_pools], cols.switch[unit_pools]
+    role, owner = t.pool_role[unit_pools], cols.switch[unit_pools]
     prefills, decodes = role != "decode", role != "prefill"
     z = cols.switch_offset + np.arange(n)
     return Block(
@@ -405,7 +497,7 @@ def switch_values(cand: Candidates, cols: Columns, x: np.ndarray) -> np.ndarray:
     n = cols.n_switches
     if not n:
         return np.zeros(0)
-    role = cand.pools["role"].to_numpy()
+    role = model_arrays(cand).pool_role
     held = np.asarray(x, float) >= 1 - 1e-9
     prefill = np.bincount(cols.switch[held & (role != "decode")], minlength=n) > 0
     decode = np.bincount(cols.switch[held & (role != "prefill")], minlength=n) > 0
@@ -414,10 +506,8 @@ def switch_values(cand: Candidates, cols: Columns, x: np.ndarray) -> np.ndarray:
 
 def purchasable(cand: Candidates) -> np.ndarray:
     """Device rows (positions in cand.devices) whose type may be bought beyond its count."""
-    devices = cand.devices
-    if "capacity" not in devices:
-        return np.zeros(0, np.int64)
-    return np.flatnonzero(devices["capacity"].to_numpy() > devices["count"].to_numpy())
+    t = model_arrays(cand)  # capacity is count where the table has no capacity column
+    return np.flatnonzero(t.capacity > t.count)
 
 
 def define_purchases(cand: Candidates, cols: Columns) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -439,10 +529,9 @@ def define_linking(cand: Candidates, cols: Columns) -> Block:
     flow is at most lambda_w too). It stops the LP relaxation from buying a small class's whole demand with
     a sliver of an instance.
     """
-    uses = cand.uses
-    pool = uses["pool"].to_numpy()
-    demand = use_demand(cand)
-    per_instance = cand.pools["rho"].to_numpy(float)[pool] * uses["rate_rps"].to_numpy(float)
+    t = model_arrays(cand)
+    pool, demand = t.pool, t.demand
+    per_instance = t.pool_rho[pool] * t.rate
     small = np.flatnonzero(demand < per_instance * (1 - 1e-9))
     n = len(small)
     rows = np.concatenate([np.arange(n), np.arange(n)])
@@ -462,14 +551,17 @@ def define_device_cuts(cand: Candidates, cols: Columns) -> Block:
     could otherwise use 3.5 tp-2 instances. For a purchasable type N_k is its capacity (count plus what
     may be bought, `Device.max_count`): sum t x <= N_k + b_k <= capacity, so the cut stays valid.
     """
-    devices = cand.devices.reset_index(drop=True)
-    # a purchasable type may reach its capacity (count + what may be bought): the cut holds at that N_k
-    count = dict(zip(devices["device"], devices[_capacity_column(devices)].to_numpy(float), strict=True))
+    t = model_arrays(cand)
     unit_cols, unit_pools = instance_units(cand, cols)
-    device = cand.pools["device"].to_numpy()[unit_pools]
-    tp = cand.pools["tp"].to_numpy(int)[unit_pools]
+    # a purchasable type may reach its capacity (count + what may be bought): the cut holds at that N_k
+    return device_cuts(t.capacity, t.pool_device[unit_pools], t.pool_tp.astype(int)[unit_pools], unit_cols)
+
+
+def device_cuts(capacity: np.ndarray, device: np.ndarray, tp: np.ndarray, unit_cols: np.ndarray) -> Block:
+    """define_device_cuts' rows from N_k per device type (`capacity`) and, per instance count (column
+    `unit_cols`), its device type's position and its tp."""
     rows, columns, vals, hi = [], [], [], []
-    for k, n_k in count.items():
+    for k, n_k in enumerate(capacity):
         on_k = device == k
         for d in np.unique(tp[on_k & (tp > 1)]):
             if n_k % d == 0:
@@ -496,18 +588,17 @@ def define_device_cuts(cand: Candidates, cols: Columns) -> Block:
 def define_nic(cand: Candidates, cols: Columns, strengthen: bool = True) -> Block:
     """Per disaggregated pool on a device with a NIC: sum_w f * 8 S_w / 1e9 - min(nic_rho * t * NIC_k, T) * x
     <= 0, T the most KV traffic the pool can carry (pool_ceilings; strengthened as in define_capacity)."""
-    pools = cand.pools
-    nic = pools["device"].map(cand.devices.set_index("device")["nic_gbps"]).to_numpy()
-    limited = np.flatnonzero((pools["role"] != "colocated").to_numpy() & np.isfinite(nic))
-    row_of_pool = np.full(len(pools), -1)
+    t = model_arrays(cand)
+    nic = t.nic[t.pool_device]
+    limited = np.flatnonzero((t.pool_role != "colocated") & np.isfinite(nic))
+    row_of_pool = np.full(len(nic), -1)
     row_of_pool[limited] = np.arange(len(limited))
-    uses = cand.uses
-    use_rows = row_of_pool[uses["pool"].to_numpy()]
+    use_rows = row_of_pool[t.pool]
     mine = use_rows >= 0
-    kv = uses["kv_gbit"].to_numpy()
+    kv = t.kv_gbit
     rows = np.concatenate([use_rows[mine], np.arange(len(limited))])
     columns = np.concatenate([cols.use_offset + np.flatnonzero(mine), limited])
-    capacity = pools["tp"].to_numpy(float) * nic * pools["nic_rho"].to_numpy(float)
+    capacity = t.pool_tp * nic * t.pool_nic_rho
     if strengthen:
         capacity = np.minimum(capacity, pool_ceilings(cand)[1])
     capacity = capacity[limited]
@@ -525,11 +616,9 @@ def define_links(cand: Candidates, cols: Columns) -> Block:
     cross it (candidates.link_headroom).
     """
     request = cand.request
-    uses = cand.uses
-    prefill = (uses["role"] == "prefill").to_numpy()
-    kv = uses["kv_gbit"].to_numpy()
-    source = uses["device"].to_numpy()
-    target = uses["key"].to_numpy()
+    t = model_arrays(cand)
+    prefill = t.role == "prefill"
+    kv, source, target = t.kv_gbit, t.device, t.key
     rho = cand.link_rho
     rows, columns, vals, hi = [], [], [], []
     limits = [(link.source, link.target, link.gbps) for link in request.links]
@@ -602,7 +691,7 @@ def define_budget(cand: Candidates, cols: Columns) -> Block:
     budget = budget_row(cand.request)
     cost = pool_cost(cand)
     nz = np.flatnonzero(cost)
-    price = cand.devices["cost_per_hour"].to_numpy(float)
+    price = model_arrays(cand).price
     on = np.flatnonzero(price[: cols.n_used])
     rows = np.concatenate([np.zeros(len(nz), int), np.ones(len(on), int)])
     columns = np.concatenate([nz, cols.used_offset + on])
@@ -626,17 +715,16 @@ def define_device_use(cand: Candidates, cols: Columns) -> Block:
     1.3-2.5x fewer CPU ms on paper.json's budget points). On every model, a budget or not (budget_row)."""
     if not cols.n_used:
         return _empty("device_use")
-    devices = cand.devices.reset_index(drop=True)
-    position = pd.Series(np.arange(len(devices)), index=devices["device"])
+    t = model_arrays(cand)
     unit_cols, unit_pools = instance_units(cand, cols)
-    rows = position.loc[cand.pools["device"].to_numpy()[unit_pools]].to_numpy()
+    rows = t.pool_device[unit_pools]
     n = cols.n_used
     return Block(
         "device_use",
         n,
         np.concatenate([rows, np.arange(n)]),
         np.concatenate([unit_cols, cols.used_offset + np.arange(n)]),
-        np.concatenate([cand.pools["tp"].to_numpy(float)[unit_pools], -np.ones(n)]),
+        np.concatenate([t.pool_tp[unit_pools], -np.ones(n)]),
         np.zeros(n),
         np.zeros(n),
     )
@@ -647,8 +735,9 @@ def define_fairness(cand: Candidates, cols: Columns) -> Block:
     if not cols.has_phi:
         return _empty("fairness")
     index, w = served_coefficients(cand)
-    demand = cand.classes["rate_rps"].to_numpy(float)
-    servable = np.isin(np.arange(len(demand)), cand.uses["w"].to_numpy())
+    t = model_arrays(cand)
+    demand = t.class_demand
+    servable = np.isin(np.arange(len(demand)), t.w)
     demand = np.where(servable, demand, 0.0)  # a class no pool can serve would pin phi at 0
     with_demand = np.flatnonzero(demand > 0)
     rows = np.concatenate([w, with_demand])
@@ -697,7 +786,7 @@ class Churn:
 def pool_keys(cand: Candidates) -> np.ndarray:
     """The key k (owner, role, device, tp, batch) of each pool column, numbered 0..K-1: the headroom
     levels of one kind of pool share a key, so moving load between levels is not churn."""
-    return cand.pools.groupby(KEY, sort=True).ngroup().to_numpy()
+    return model_arrays(cand).pool_key
 
 
 def previous_by_key(cand: Candidates) -> tuple[np.ndarray, float]:
@@ -770,9 +859,8 @@ def define_churn(cand: Candidates, cols: Columns) -> Block:
 def churn_bounds(cand: Candidates, cols: Columns, hi: np.ndarray) -> np.ndarray:
     """Let x keep the plan in force's instances (within the devices) even where the demand no longer
     needs them: removing them is a move, the solver's choice under max_moves and the penalty."""
-    devices = cand.devices.set_index("device")
-    tp = cand.pools["tp"].to_numpy(float)
-    fit = np.floor(cand.pools["device"].map(devices["count"]).to_numpy(float) / tp)
+    t = model_arrays(cand)
+    fit = np.floor(t.count[t.pool_device] / t.pool_tp)
     hi = hi.copy()
     hi[: cols.n_pools] = np.maximum(hi[: cols.n_pools], np.minimum(fit, previous_instances(cand)))
     hi[cols.shape_offset : cols.switch_offset] = _shape_bounds(cols, hi[: cols.n_pools], _fit(cand))  # n[s]
@@ -786,8 +874,8 @@ def _empty(name: str) -> Block:
 
 def pool_cost(cand: Candidates) -> np.ndarray:
     """Cost per hour of one instance of each pool: c_k * t."""
-    price = cand.pools["device"].map(cand.devices.set_index("device")["cost_per_hour"]).to_numpy(float)
-    return price * cand.pools["tp"].to_numpy(float)
+    t = model_arrays(cand)
+    return t.price[t.pool_device] * t.pool_tp
 
 
 def column_bounds(
@@ -801,26 +889,24 @@ def column_bounds(
     A flow is at most its class's demand and at most what the pool's capacity row allows at the cap
     (f / r <= rho * x <= rho * x_hi, the other flows being >= 0).
     """
-    pools, uses = cand.pools, cand.uses
-    devices = cand.devices.set_index("device")
-    tp = pools["tp"].to_numpy(float)
+    t = model_arrays(cand)
+    tp = t.pool_tp
     fit = _fit(cand)
-    rho = pools["rho"].to_numpy(float)
+    rho = t.pool_rho
     load, traffic = pool_ceilings(cand)
-    nic = pools["device"].map(devices["nic_gbps"]).to_numpy()
-    nic_cap = tp * nic * pools["nic_rho"].to_numpy(float)
-    nic_need = np.where(np.isfinite(nic) & (pools["role"] != "colocated").to_numpy(), traffic / nic_cap, 0.0)
+    nic = t.nic[t.pool_device]
+    nic_cap = tp * nic * t.pool_nic_rho
+    with np.errstate(divide="ignore", invalid="ignore"):  # colocated pools and devices without a NIC: 0
+        nic_need = np.where(np.isfinite(nic) & (t.pool_role != "colocated"), traffic / nic_cap, 0.0)
     need = np.ceil(np.maximum(load / rho, nic_need) - 1e-9)
     x_hi = np.minimum(fit, need)
-    pool = uses["pool"].to_numpy()
-    demand = use_demand(cand)
+    pool = t.pool
+    demand = t.demand
     f_hi = demand
     if strengthen:
-        f_hi = np.minimum(demand, uses["rate_rps"].to_numpy(float) * rho[pool] * x_hi[pool])
+        f_hi = np.minimum(demand, t.rate * rho[pool] * x_hi[pool])
     lo = np.zeros(cols.size)
-    spare = np.zeros(0)
-    if len(cols.buy):
-        spare = (cand.devices["capacity"] - cand.devices["count"]).to_numpy(float)[cols.buy]
+    spare = (t.capacity - t.count)[cols.buy]
     hi = np.concatenate(
         [
             x_hi,
@@ -829,7 +915,7 @@ def column_bounds(
             np.ones(int(cols.has_phi)),
             np.full(cols.n_churn, INF),
             spare,
-            devices[_capacity_column(devices)].to_numpy(float)[: cols.n_used],
+            t.capacity[: cols.n_used],
             _shape_bounds(cols, x_hi, fit),
             np.ones(cols.n_switches),
         ]
@@ -842,9 +928,8 @@ def column_bounds(
 
 def _fit(cand: Candidates) -> np.ndarray:
     """Per pool: how many of its instances fit on every device of its type (count plus purchasable)."""
-    devices = cand.devices.set_index("device")
-    tp = cand.pools["tp"].to_numpy(float)
-    return np.floor(cand.pools["device"].map(devices[_capacity_column(devices)]).to_numpy(float) / tp)
+    t = model_arrays(cand)
+    return np.floor(t.capacity[t.pool_device] / t.pool_tp)
 
 
 def _shape_bounds(cols: Columns, x_hi: np.ndarray, fit: np.ndarray) -> np.ndarray:
@@ -865,10 +950,11 @@ def objective_vectors(cand: Candidates, cols: Columns) -> dict[str, np.ndarray]:
     """goodput (sum_w v_w served_w), cost (per hour; device count when no device has a price), phi."""
     goodput = np.zeros(cols.size)
     index, w = served_coefficients(cand)
-    goodput[cols.use_offset + index] = cand.classes["weight"].to_numpy(float)[w]
+    t = model_arrays(cand)
+    goodput[cols.use_offset + index] = t.class_weight[w]
     cost = np.zeros(cols.size)
     price = pool_cost(cand)
-    cost[: cols.n_pools] = price if price.any() else cand.pools["tp"].to_numpy(float)
+    cost[: cols.n_pools] = price if price.any() else t.pool_tp
     vectors = {"goodput": goodput, "cost": cost}
     if cols.has_phi:
         phi = np.zeros(cols.size)
