@@ -1,5 +1,6 @@
 """Candidate building (request + profiles -> the tables the MILP is built from): cold and warm (the candidate
-cache), against the same measurement at a baseline commit, in one run.
+cache), and the model built from those tables (`formulation.build_matrix`, once per solve of a request),
+against the same measurement at a baseline commit, in one run.
 
     python -m bench.candidates_speed [--baseline REV] [--repeats 5] [--synthetic M L]
 
@@ -28,10 +29,10 @@ DEFAULT_BASELINE = "4888355"  # the last commit before numpy candidates and the 
 
 # Runs inside the code under test (this checkout or the baseline's worktree): prints {name: {cold, warm}} ms.
 _PROBE = """
-import json, statistics, sys, time
+import dataclasses, json, statistics, sys, time
 from fleetplan import fixtures
 from fleetplan.models.codec import read_request
-from fleetplan.solver import candidates
+from fleetplan.solver import candidates, formulation
 from fleetplan.solver.pipeline import resolve_profiles
 repeats, out = int(sys.argv[1]), {}
 clear = getattr(candidates, "clear_candidates_cache", lambda: None)
@@ -49,6 +50,17 @@ for arg in sys.argv[2:]:
         candidates.build_candidates(request, table)
         warm.append((time.perf_counter() - start) * 1e3)
     out[name] = {"cold_ms": statistics.median(cold), "warm_ms": statistics.median(warm)}
+    cand = candidates.build_candidates(request, table)
+    model = []  # on a copy with an empty memo: nothing the tables keep (formulation.model_arrays) reused
+    for _ in range(repeats if not path else 1):
+        fresh = dataclasses.replace(cand, memo={})
+        start = time.perf_counter()
+        try:
+            formulation.build_matrix(fresh)
+        except Exception:  # a baseline older than build_matrix(cand)
+            break
+        model.append((time.perf_counter() - start) * 1e3)
+    out[name]["model_ms"] = statistics.median(model) if model else None
 print(json.dumps(out))
 """
 
@@ -93,12 +105,18 @@ def probe_baseline(rev: str, repeats: int, synthetic: dict[str, Path]) -> dict:
 
 def render(now: dict, base: dict, rev: str) -> str:
     lines = [
-        f"| request | baseline {rev} (ms) | cold (ms) | warm, cached (ms) | cold speed-up | warm speed-up |",
-        "|---|---|---|---|---|---|",
+        f"| request | baseline {rev} (ms) | cold (ms) | warm, cached (ms) | cold speed-up | warm speed-up "
+        f"| model at {rev} (ms) | model (ms) | model speed-up |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for name in now:
         b, c, w = base[name]["cold_ms"], now[name]["cold_ms"], now[name]["warm_ms"]
-        lines.append(f"| {name} | {b:.0f} | {c:.0f} | {w:.2f} | {b / c:.1f}x | {b / w:.0f}x |")
+        bm, m = base[name].get("model_ms"), now[name]["model_ms"]
+        model = "-" if bm is None else f"{bm:.1f}"
+        ratio = "-" if bm is None else f"{bm / m:.1f}x"
+        cells = [f"{b:.0f}", f"{c:.0f}", f"{w:.2f}", f"{b / c:.1f}x", f"{b / w:.0f}x"]
+        cells += [model, f"{m:.1f}", ratio]
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
