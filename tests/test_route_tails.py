@@ -1,0 +1,50 @@
+"""bench/route_tails.py: a plan split into one class per route, and the misses counted route by route."""
+
+import pytest
+
+from bench.route_tails import misses, per_class, split
+from fleetplan import fixtures
+from fleetplan.models.codec import read_request
+from fleetplan.solver import plan
+
+
+@pytest.fixture(scope="module")
+def paper():
+    request = read_request(fixtures.request_path("paper"))
+    return request, plan(request, with_baselines=False)
+
+
+def test_a_split_plan_has_one_class_per_route_at_its_rate(paper):
+    request, result = paper
+    split_request, split_plan, where = split(request, result)
+    routes = [route for served in result.workloads for route in served.routes]
+    assert len(split_request.workloads) == len(split_plan.workloads) == len(where) == len(routes)
+    for workload, served, (w, r) in zip(split_request.workloads, split_plan.workloads, where, strict=True):
+        original = request.workloads[w]
+        route = result.workloads[w].routes[r]
+        assert served.routes == [route]
+        assert workload.rate_rps == served.served_rps == route.rps
+        assert (workload.model, workload.prompt_tokens, workload.output_tokens, workload.slo) == (
+            original.model,
+            original.prompt_tokens,
+            original.output_tokens,
+            original.slo,
+        )
+    assert split_plan.pools == result.pools
+    assert sum(w.rate_rps for w in split_request.workloads) == pytest.approx(result.slo_rps, rel=1e-9)
+
+
+def test_misses_are_counted_per_route_and_summed_per_class(paper):
+    request, result = paper
+    routes = misses(request, result, seeds=[0], duration=60.0)
+    assert len(routes) == sum(len(served.routes) for served in result.workloads)
+    assert all(row["measured"] > 0 for row in routes)
+    assert all(0 <= row["ttft_misses"] <= row["measured"] for row in routes)
+    classes = per_class(routes)
+    assert {c["class"] for c in classes} == {w.name for w in result.workloads if w.routes}
+    for c in classes:
+        mine = [row for row in routes if row["class"] == c["class"]]
+        assert c["measured"] == sum(row["measured"] for row in mine)
+        assert c["ttft_miss"] == pytest.approx(sum(row["ttft_misses"] for row in mine) / c["measured"])
+        assert c["worst_route_ttft_miss"] == max(row["ttft_miss"] for row in mine)
+        assert c["ttft_miss"] <= c["worst_route_ttft_miss"] + 1e-12
