@@ -1,4 +1,5 @@
-"""bench/route_tails.py: a plan split into one class per route, and the misses counted route by route."""
+"""bench/route_tails.py (a plan split into one class per route, misses counted route by route) and
+bench/load_slack.py (where a plan breaks as its arrivals grow)."""
 
 import pytest
 
@@ -48,3 +49,19 @@ def test_misses_are_counted_per_route_and_summed_per_class(paper):
         assert c["ttft_miss"] == pytest.approx(sum(row["ttft_misses"] for row in mine) / c["measured"])
         assert c["worst_route_ttft_miss"] == max(row["ttft_miss"] for row in mine)
         assert c["ttft_miss"] <= c["worst_route_ttft_miss"] + 1e-12
+
+
+def test_load_slack_finds_where_a_plan_breaks(paper):
+    from bench.load_slack import evaluate, summary
+
+    request, result = paper
+    row = evaluate(("paper", request, [2.0], [0], 120.0))
+    # at twice its planned arrivals the busiest decode pool (about 0.97 of its full-batch rate) overloads
+    assert row["slo_rps"] == pytest.approx(result.slo_rps)
+    assert row["held"] == 1.0
+    assert row["breaks_at"] == 2.0
+    assert row["broken_tbt"] + row["broken_ttft"] > 0
+    assert row["busiest"]["decode"] == max(p.utilization for p in result.pools if p.role == "decode")
+    total = summary([row])
+    assert total["held"] == {"1.0": 1}
+    assert total["broken_tbt"] == row["broken_tbt"]
