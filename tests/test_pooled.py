@@ -143,13 +143,12 @@ def test_credit_applies_to_a_pool_that_runs_every_instance_its_devices_allow(mon
 
 def test_credit_runs_a_split_shape_as_one_pool_where_the_model_credits_that_more(monkeypatch):
     """The MILP may split one pool shape into headroom levels or mixes of a few instances each, without
-    knowing the credit. Generated request 5 of bench/fidelity.py: one pool of that shape, carrying every
+    knowing the credit. Generated request 16 of bench/fidelity.py: one pool of that shape, carrying every
     class its instances carried, is credited more than the split, so the plan runs it that way: on the
-    same devices and cost, fewer pools, more SLO RPS, every pool within its headroom (plan() verifies).
-    (Request 16 was the example until session 28, when its split went away: headroom.riders_above.)"""
+    same devices and cost, fewer pools, more SLO RPS, every pool within its headroom (plan() verifies)."""
     from bench.fidelity import generated
 
-    request = generated(5)
+    request = generated(16)
     merged = plan(request, with_baselines=False)
     monkeypatch.setattr(pooled, "_merged", lambda *args: None)
     split = plan(request, with_baselines=False)

@@ -189,7 +189,6 @@ def headroom_levels(
     # once more over the uses that remain: a class that can never use a pool shape (its SLO is out of
     # reach there) no longer lengthens the FIFO waits (share, kv_share) of those that can
     uses = useful_levels(useful_mixes(admissible_loads(uses, classes, book, options)))
-    uses = riders_above(uses, classes, book, options)
     base = ["owner", "role", "device", "tp", "batch", "mix"]
     levels = uses[[*base, "use_rho"]].drop_duplicates().rename(columns={"use_rho": "rho"})
     expanded = uses.merge(levels, on=base)
@@ -202,68 +201,6 @@ def headroom_levels(
     expanded["nic_rho"] = _pool_nic_cap(expanded, [*base, "rho"])
     expanded["rho"] = level["use_fine"].transform("min")
     return expanded.drop(columns=["use_rho", "use_fine", "nic_speed"]).reset_index(drop=True)
-
-
-def riders_above(
-    uses: pd.DataFrame, classes: pd.DataFrame, book: "CurveBook", options: Options
-) -> pd.DataFrame:
-    """`uses` with each prefill use's admissible load raised where the transfers that can share its NIC at
-    the levels above it are shorter than its pool shape's longest.
-
-    `_kv_share` puts a prefill use's transfers behind the longest of every other rider of its pool shape,
-    at any level. A pool of level L carries only the uses admitted at L or above, so a rider admitted
-    below L never shares its NIC. Every use keeps its admission (it rides every level up to it with the
-    shape's longest transfer ahead); above it, it is admitted again behind the longest transfer of the
-    riders whose own admission could reach that high: the one each admits behind its own transfer alone,
-    an upper bound of what it is admitted at (waits only grow with a longer transfer ahead). The NIC caps
-    and KV reserves stay the first admission's (the MILP's NIC rows enforce those caps, and the waits are
-    sized at them)."""
-    t = dataclasses.replace(
-        use_table(uses, classes),
-        kv_slack_ms=uses["kv_slack_ms"].to_numpy(float),
-        nic_u=uses["nic_u"].to_numpy(float),
-    )
-    rows = np.flatnonzero((t.role == "prefill") & (t.t_kv > 0))
-    if not len(rows):
-        return uses
-    s, curves = capacity.take_rows(t, rows), capacity.take_rows(book.curves(uses), rows)
-    alone = _capped(
-        capacity.rates(dataclasses.replace(s, kv_share=np.ones(len(rows))), curves, capacity.LEVELS) / s.rate,
-        options,
-    )
-    sub = uses.iloc[rows]
-    group = sub.groupby(_shape(uses), sort=False).ngroup().to_numpy()
-    rider = sub.groupby(["w", "key"] if "key" in uses.columns else ["w"], sort=False).ngroup().to_numpy()
-    admitted = uses["use_rho"].to_numpy(float)[rows]
-    ahead = _longest_reaching(group, rider, s.t_kv, _on_grid(alone), admitted)
-    kv_share = np.maximum(np.maximum(ahead, s.t_kv) / np.maximum(s.t_kv, 1e-9), 1.0)
-    lower = kv_share < s.kv_share * (1 - 1e-9)
-    if not lower.any():
-        return uses
-    fine = _capped(
-        capacity.rates(dataclasses.replace(s, kv_share=kv_share), curves, capacity.LEVELS) / s.rate, options
-    )
-    fine = np.where(lower, fine, 0.0)
-    uses = uses.copy()
-    at = uses.columns.get_indexer(["use_rho", "use_fine"])
-    uses.iloc[rows, at[0]] = np.maximum(admitted, _on_grid(fine))
-    uses.iloc[rows, at[1]] = np.maximum(uses["use_fine"].to_numpy(float)[rows], fine)
-    return uses
-
-
-def _longest_reaching(
-    group: np.ndarray, rider: np.ndarray, value: np.ndarray, reach: np.ndarray, above: np.ndarray
-) -> np.ndarray:
-    """Per row: the largest `value` among the rows of its group of another `rider` whose `reach` exceeds the
-    row's `above` (0 if none)."""
-    out = np.zeros(len(value))
-    order = np.argsort(group, kind="stable")
-    bounds = np.flatnonzero(np.diff(group[order])) + 1
-    for members in np.split(order, bounds):
-        other = rider[members][None, :] != rider[members][:, None]
-        reaching = reach[members][None, :] > above[members][:, None] + 1e-9
-        out[members] = np.max(np.where(other & reaching, value[members][None, :], 0.0), axis=1)
-    return out
 
 
 def _slowest_level(uses: pd.DataFrame, pool: list[str]) -> pd.DataFrame:
