@@ -28,13 +28,11 @@ import numpy as np
 
 from bench.fidelity import recorded_uniform, requests
 from bench.record import git_info, git_line, machine_info, machine_line, write_results
+from bench.uniform_gap import LATEST as LATEST_UNIFORM  # the recorded best safe uniform plans
 from fleetplan.models.plan import Plan, PlanRequest, WorkloadResult
 from fleetplan.simulator import simulate
 from fleetplan.solver import plan
 from fleetplan.solver.pipeline import resolve_profiles
-
-ROOT = Path(__file__).resolve().parent.parent
-LATEST_UNIFORM = ROOT / "bench" / "results" / "fidelity-latest.json"  # the recorded best safe uniform plans
 
 
 def planned(request: PlanRequest, kind: str, uniform: dict | None) -> Plan | None:
