@@ -21,7 +21,7 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 
 from bench.fidelity import requests
-from bench.record import git_info, git_line, machine_info, machine_line, write_results
+from bench.record import report
 from fleetplan.models.plan import Plan, PlanRequest
 from fleetplan.simulator import simulate
 from fleetplan.solver import plan
@@ -109,23 +109,7 @@ def main(argv: list[str] | None = None) -> int:
     ]
     with ProcessPoolExecutor(args.workers) as pool:
         rows = list(pool.map(evaluate, jobs))
-    text, total = render(rows), summary(rows)
-    git, machine = git_info(), machine_info()
-    print(machine_line(machine))
-    print(git_line(git))
-    print(text)
-    print(total)
-    record = {
-        "benchmark": "load_slack",
-        "machine": machine,
-        "git": git,
-        "args": {k: str(v) for k, v in vars(args).items()},
-        "wall_s": round(time.perf_counter() - began, 1),
-        "summary": total,
-        "requests": rows,
-        "table": text,
-    }
-    write_results("load_slack", record)
+    report("load_slack", args, began, render(rows), summary=summary(rows), requests=rows)
     return 0
 
 

@@ -13,6 +13,7 @@ import json
 import os
 import platform
 import subprocess
+import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -31,6 +32,28 @@ def write_results(name: str, record: Any, out: Path = RESULTS, *, stamp: datetim
     path.write_text(text)
     (out / f"{name}-latest.json").write_text(text)
     return path
+
+
+def report(name: str, args: Any, began: float, text: str, *, summary: Any = None, **fields: Any) -> Path:
+    """The tail the probe benches share: print the machine and commit lines, `text` (and `summary`), and
+    record them with the arguments (as strings), the wall time since `began` (perf_counter) and `fields`
+    under `name` (`write_results`); returns the timestamped file."""
+    machine, git = machine_info(), git_info()
+    print(machine_line(machine))
+    print(git_line(git))
+    print(text)
+    if summary is not None:
+        print(summary)
+    record: dict[str, Any] = {
+        "benchmark": name,
+        "machine": machine,
+        "git": git,
+        "args": {k: str(v) for k, v in vars(args).items()},
+        "wall_s": round(time.perf_counter() - began, 1),
+    }
+    if summary is not None:
+        record["summary"] = summary
+    return write_results(name, {**record, **fields, "table": text})
 
 
 def machine_info() -> dict:

@@ -27,7 +27,7 @@ import msgspec
 import numpy as np
 
 from bench.fidelity import recorded_uniform, requests
-from bench.record import git_info, git_line, machine_info, machine_line, write_results
+from bench.record import report
 from bench.uniform_gap import LATEST as LATEST_UNIFORM  # the recorded best safe uniform plans
 from fleetplan.models.plan import Plan, PlanRequest, WorkloadResult
 from fleetplan.simulator import simulate
@@ -167,21 +167,7 @@ def main(argv: list[str] | None = None) -> int:
                 }
             )
             print(f"{name} {kind}: {round(time.perf_counter() - began, 1)} s", flush=True)
-    text = render(rows)
-    git, machine = git_info(), machine_info()
-    print(machine_line(machine))
-    print(git_line(git))
-    print(text)
-    record = {
-        "benchmark": "route_tails",
-        "machine": machine,
-        "git": git,
-        "args": {k: str(v) for k, v in vars(args).items()},
-        "wall_s": round(time.perf_counter() - began, 1),
-        "requests": rows,
-        "table": text,
-    }
-    write_results("route_tails", record)
+    report("route_tails", args, began, render(rows), requests=rows)
     return 0
 
 

@@ -31,7 +31,7 @@ import msgspec
 import numpy as np
 
 from bench.fidelity import objective, recorded_uniform, requests
-from bench.record import git_info, git_line, machine_info, machine_line, write_results
+from bench.record import report
 from fleetplan.models.plan import PlanRequest
 from fleetplan.solver.candidates import build_candidates
 from fleetplan.solver.formulation import KEY, build_matrix, instance_units
@@ -152,24 +152,7 @@ def main(argv: list[str] | None = None) -> int:
             continue
         rows.append(evaluate(name, request, uniform))
         print(f"{name}: {rows[-1]['wall_s']} s", flush=True)
-    text = render(rows)
-    git, machine = git_info(), machine_info()
-    print(machine_line(machine))
-    print(git_line(git))
-    print(text)
-    total = summary(rows)
-    print(total)
-    record = {
-        "benchmark": "uniform_gap",
-        "machine": machine,
-        "git": git,
-        "args": {k: str(v) for k, v in vars(args).items()},
-        "wall_s": round(time.perf_counter() - began, 1),
-        "summary": total,
-        "requests": rows,
-        "table": text,
-    }
-    write_results("uniform_gap", record)
+    report("uniform_gap", args, began, render(rows), summary=summary(rows), requests=rows)
     return 0
 
 
