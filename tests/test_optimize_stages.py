@@ -96,16 +96,14 @@ def test_a_plan_carries_a_record_per_solver_call(credited_plan):
     assert "primary" in steps
     assert steps.index("primary") > max(i for i, s in enumerate(steps) if s in ("relaxation", "start"))
     # then the tie-breaks, the pooled credit's LPs where it served more (solver/pooled.py: one, and one
-    # per pool shape tried as one pool), the window guard's where it lowered a pool (solver/window.py;
-    # link_bound runs a decode pool at its full-batch rate), and last both passes' LPs on the goodput
-    # MIP's earlier plans (window.settle; link_bound's MIP improves on its start several times)
+    # per pool shape tried as one pool), and last the window guard's where it lowered a pool
+    # (solver/window.py; link_bound runs a decode pool at its full-batch rate)
     after = steps[steps.index("primary") + 1 :]
-    order = {"tie_break": 0, "pooled": 1, "window": 2, "earlier": 3}
+    order = {"tie_break": 0, "pooled": 1, "window": 2}
     assert all(s in order for s in after)
     assert [order[s] for s in after] == sorted(order[s] for s in after)
     assert "pooled" in after
-    assert [s for s in steps if s != "earlier"][-1] == "window"
-    assert "earlier" in after
+    assert steps[-1] == "window"
     # max_goodput: goodput, then the cost tie-break
     assert [(r.step, r.stage) for r in stages if r.step in ("primary", "tie_break")] == [
         ("primary", "goodput"),

@@ -33,10 +33,8 @@ def _without_credit(request, monkeypatch):
 def test_credit_serves_more_on_the_same_hardware(link_bound, monkeypatch):
     from fleetplan.solver import window
 
-    # the credit alone on the MILP's plan (the window guard after it, and the credit on the MILP's earlier
-    # plans, have their own tests, tests/test_window.py)
+    # the credit alone (the window guard after it has its own tests, tests/test_window.py)
     monkeypatch.setattr(window, "window_guard", lambda request, cand, outcome, deadline=None: (cand, outcome))
-    monkeypatch.setattr(window, "ALTERNATIVES", 0)
     credited = plan(link_bound, with_baselines=False)
     assert [s.step for s in credited.solver.stages][-1] == "pooled"
     milp = _without_credit(link_bound, monkeypatch)

@@ -1,8 +1,6 @@
 """One judged window's scatter: the count model (capacity.window_*) and the guard on plans
 (fleetplan/solver/window.py)."""
 
-import dataclasses
-
 import numpy as np
 import pytest
 from scipy.stats import nbinom
@@ -143,7 +141,6 @@ def test_the_guard_lowers_a_p99_classs_prefill_pool_on_the_same_hardware(monkeyp
     from fleetplan.solver import pipeline, window
 
     request = generated(13)
-    monkeypatch.setattr(window, "ALTERNATIVES", 0)  # the guard on the MILP's plan (earlier plans: below)
     guarded = plan(request, with_baselines=False)
     monkeypatch.setattr(pipeline, "settle", lambda r, c, o, d: window.pool_credit(r, c, o, d))
     plain = plan(request, with_baselines=False)
@@ -176,7 +173,6 @@ def test_the_guard_only_lowers_headroom_and_gives_flow_up(name, monkeypatch):
     from fleetplan.solver import pipeline, window
 
     request = read_request(fixtures.request_path(name))
-    monkeypatch.setattr(window, "ALTERNATIVES", 0)  # the guard on the MILP's plan (earlier plans: below)
     guarded = plan(request, with_baselines=False)
     monkeypatch.setattr(pipeline, "settle", lambda r, c, o, d: window.pool_credit(r, c, o, d))
     plain = plan(request, with_baselines=False)
@@ -458,130 +454,3 @@ def test_a_churn_limited_min_cost_replan_is_planned_on_the_guards_headroom():
     assert kept.status == "optimal"
     assert diff(first, kept).moves == 0
     assert [w for w in kept.warnings if w.startswith("window:")]
-
-
-def _goodput(outcome) -> float:
-    return float(outcome.form.objectives["goodput"] @ outcome.values)
-
-
-@pytest.fixture(scope="module")
-def earlier_plans():
-    """Generated request 19 of bench/fidelity.py, its candidates and its MILP's outcome: its goodput MIP
-    improves on its start twice or more, and an earlier plan serves more after the pooled credit than the
-    last one does."""
-    from bench.fidelity import generated
-    from fleetplan.solver.candidates import build_candidates
-    from fleetplan.solver.optimize import optimize
-
-    request = generated(19)
-    cand = build_candidates(request, resolve_profiles(request))
-    return request, cand, optimize(request, cand)
-
-
-def test_the_primary_mip_keeps_its_earlier_plans(earlier_plans):
-    """Outcome.alternatives: the goodput MIP's improving plans before its last, newest first, each
-    feasible in the model (within HiGHS's tolerances) and below the last plan's goodput."""
-    _, _, outcome = earlier_plans
-    assert outcome.alternatives
-    form = outcome.form
-    values = [_goodput(outcome), *(float(form.objectives["goodput"] @ v) for v in outcome.alternatives)]
-    assert values == sorted(values, reverse=True)
-    assert values[0] > values[1]
-    from fleetplan.solver import window
-
-    model = window._unlocked(form)  # the locks hold the last plan's goodput and cost
-    for v in outcome.alternatives:
-        assert len(v) == len(outcome.values)
-        assert np.all(v >= form.col_lo - 1e-6)
-        assert np.all(v <= form.col_hi + 1e-6)
-        row = model.A @ v
-        assert np.all(row >= model.row_lo - 1e-6)
-        assert np.all(row <= model.row_hi + 1e-6)
-        integer = v[form.integer]
-        assert np.allclose(integer, np.round(integer), atol=1e-6)
-
-
-def test_settle_keeps_the_earlier_plan_that_serves_the_most_after_the_credit(earlier_plans):
-    """window.settle credits the MILP's last plan and its earlier ones, and keeps the one that serves the
-    most after the credit and the guard: here an earlier one, by over 1%, and it says so."""
-    from fleetplan.solver import window
-
-    request, cand, outcome = earlier_plans
-    last = window._settled(request, cand, outcome, None)[1]
-    each = [
-        window._settled(
-            request, cand, dataclasses.replace(outcome, values=v, form=window._unlocked(outcome.form)), None
-        )[1]
-        for v in outcome.alternatives[: window.ALTERNATIVES]
-    ]
-    best = max(each, key=_goodput)
-    assert _goodput(best) > _goodput(last) * 1.01
-    _, kept = window.settle(request, cand, outcome)
-    assert _goodput(kept) == pytest.approx(_goodput(best), rel=1e-9)
-    assert window.EARLIER_PLAN in kept.tie_break
-    assert kept.tie_break_gap is None
-    steps = [r.step for r in kept.stages]
-    assert steps[: len(outcome.stages)] == [r.step for r in outcome.stages]
-    assert "earlier" in steps
-    ended = [r.ended_ms for r in kept.stages]
-    assert ended == sorted(ended)
-
-
-def test_plan_reports_the_earlier_plan_within_its_headroom():
-    """plan() on that request reports the plan settle kept (the value of one of the "earlier" LPs, over 1%
-    above the MILP's last plan after its own), every pool within its headroom (plan() also verifies every
-    route against its SLO)."""
-    from bench.fidelity import generated
-    from fleetplan.solver import window
-
-    result = plan(generated(19), with_baselines=False)
-    assert window.EARLIER_PLAN in result.solver.tie_break
-    assert all(p.utilization <= p.headroom + 1e-9 for p in result.pools)
-    stages = result.solver.stages
-    earlier = [r.objective for r in stages if r.step == "earlier"]
-    # the MILP's last plan after the credit and the guard: their last LP, else the primary MIP's value
-    last = [r.objective for r in stages if r.step in ("primary", "pooled", "window")][-1]
-    assert result.objective_value > last * 1.01
-    assert any(result.objective_value == pytest.approx(value, rel=1e-6) for value in earlier)
-
-
-def test_settle_credits_no_earlier_plan_where_the_flows_may_not_move(earlier_plans):
-    """Under the flat model (or min_cost, max_min_fraction, a churn-limited re-plan: pooled.gives_flow_up)
-    settle is the credit and the guard on the MILP's plan alone."""
-    import msgspec
-
-    from fleetplan.solver import window
-
-    request, cand, outcome = earlier_plans
-    flat = msgspec.structs.replace(
-        request, options=msgspec.structs.replace(request.options, capacity_model="flat")
-    )
-    _, kept = window.settle(flat, dataclasses.replace(cand, request=flat), outcome)
-    assert kept.values is outcome.values
-    assert "earlier" not in [r.step for r in kept.stages]
-
-
-def test_highs_returns_the_improving_plans_only_when_asked(earlier_plans):
-    """SolveResult.improving: with mip_improving_solution_save, every plan the MIP improved to, the last
-    being its own result; without it, none."""
-    from fleetplan.solver.backends import Sense, get_backend
-    from fleetplan.solver.window import _unlocked
-
-    _, _, outcome = earlier_plans
-    form = _unlocked(outcome.form)
-    highs = get_backend("highs")
-    goodput = form.objectives["goodput"]
-    kept = highs.solve(
-        form,
-        goodput,
-        Sense.MAX,
-        time_limit_s=30,
-        mip_rel_gap=1e-4,
-        tuning={"mip_improving_solution_save": True},
-    )
-    assert len(kept.improving) >= 2
-    assert np.array_equal(kept.improving[-1], kept.values)
-    found = [float(goodput @ v) for v in kept.improving]
-    assert found == sorted(found)
-    plain = highs.solve(form, goodput, Sense.MAX, time_limit_s=30, mip_rel_gap=1e-4)
-    assert plain.improving == ()

@@ -213,9 +213,7 @@ class Baselines(Base):
     greedy: GreedyBaseline
 
 
-StageStep = Literal[
-    "relaxation", "start", "neighbourhood", "primary", "tie_break", "pooled", "window", "earlier"
-]
+StageStep = Literal["relaxation", "start", "neighbourhood", "primary", "tie_break", "pooled", "window"]
 StageKind = Literal["lp", "submip", "mip"]
 
 
@@ -227,9 +225,7 @@ class StageRecord(Base):
     stage, the earlier ones locked), "pooled" (the goodput LP with the instance counts fixed and the
     credit of pools of several instances, solver/pooled.py) or "window" (that LP again with the prefill
     and decode pools' headroom lowered where one judged window would break a class too often,
-    solver/window.py; on a max_min_fraction plan a "phi" LP first, then the goodput one), or "earlier"
-    (those two passes' LPs on an earlier plan of the goodput MIP, `window.settle`, each plan's after the
-    previous one's; the plan kept is the one that serves the most after them). `stage` is the
+    solver/window.py; on a max_min_fraction plan a "phi" LP first, then the goodput one). `stage` is the
     objective solved ("goodput", "cost", "phi"). `kind`: "lp", "submip" (the MIP boxed around the LP
     solutions) or "mip" ("lp" for a stage without integers).
     `ms` is the call's wall time; `ended_ms` when it returned, in ms from the optimizer's entry (matrix

@@ -67,8 +67,7 @@ LATER_RELAXATION_SHARE = 0.2
 # HiGHS options per solver call, on top of the backend's own (docs/solvers.md, "HiGHS options" has the
 # measurements behind each): keyed by (step, stage), then by step; a call with no entry runs at the defaults.
 STAGE_TUNING: dict[tuple[str, str] | str, dict[str, bool | int | float | str]] = {
-    # the primary MIP's improving plans are kept (SolveResult.improving) for window.settle's alternatives
-    "primary": {"mip_heuristic_run_rins": False, "mip_improving_solution_save": True},
+    "primary": {"mip_heuristic_run_rins": False},
     # the cost MIP with every class served in full: min_cost's first stage and the folded tie-break
     ("primary", "cost"): {"presolve": "off"},
     "tie_break": {"presolve": "off", "mip_heuristic_run_rins": False, "mip_heuristic_run_rens": False},
@@ -121,9 +120,6 @@ class Outcome:
     tie_break: str | None
     stages: tuple[StageRecord, ...] = ()  # every solver call, in order
     tie_break_gap: float | None = None  # the last tie-break stage's own relative_gap
-    # the plans the primary MIP found before its last one (newest first; `alternatives`), which
-    # window.settle credits too
-    alternatives: tuple[np.ndarray, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -294,7 +290,7 @@ def optimize_above(
         # solves to the optimum: nothing above the floor, so its cost tie-break is never run
         return None, True
     final = tie_break(model, stages, primary, solver)
-    return assign_outcome(model, relaxed, primary, final, solver, solve_began, stages[0]), True
+    return assign_outcome(model, relaxed, primary, final, solver, solve_began, stages[0][1]), True
 
 
 def _solve(model: _Model, stages: list[tuple[str, Sense]], clock: _Clock, hint: np.ndarray | None) -> Outcome:
@@ -322,7 +318,7 @@ def _finish(
         start = search_neighbourhoods(model, relaxed, stages[0], solver, start)
         primary = solve_primary(model, stages[0], start, solver)
         final = tie_break(model, stages, primary, solver)
-    return assign_outcome(model, relaxed, primary, final, solver, solve_began, stages[0])
+    return assign_outcome(model, relaxed, primary, final, solver, solve_began, stages[0][1])
 
 
 def build_model(cand: Candidates, clock: _Clock) -> _Model:
@@ -565,12 +561,10 @@ def assign_outcome(
     final: _Final,
     solver: _Solver,
     solve_began: float,
-    first: tuple[str, Sense],
+    sense: Sense = Sense.MAX,
 ) -> Outcome:
     """Step 6: the Outcome: the last stage's vector, the primary stage's value and bound (the tighter of
-    the MIP's and the first LP relaxation's), the LP bound, the record of every solver call and the
-    primary MIP's earlier plans (`alternatives`)."""
-    name, sense = first
+    the MIP's and the first LP relaxation's), the LP bound and the record of every solver call."""
     return Outcome(
         candidates=model.cand,
         columns=model.cols,
@@ -585,18 +579,7 @@ def assign_outcome(
         tie_break=final.tie_break,
         tie_break_gap=final.tie_break_gap,
         stages=tuple(solver.records),
-        alternatives=alternatives(primary, model.form.objectives[name]),
     )
-
-
-def alternatives(primary: SolveResult, objective: np.ndarray) -> tuple[np.ndarray, ...]:
-    """The primary MIP's improving plans before its last (SolveResult.improving), newest first, without
-    those whose first-stage value equals the last's (LOCK_SLACK): the tie-break refines that plan."""
-    if primary.objective is None or len(primary.improving) < 2:
-        return ()
-    slack = _slack(primary.objective)
-    earlier = [v for v in primary.improving[:-1] if abs(float(objective @ v) - primary.objective) > slack]
-    return tuple(reversed(earlier))
 
 
 def _tightest_bound(primary: SolveResult, relaxed: list[SolveResult], sense: Sense) -> float | None:

@@ -45,85 +45,24 @@ from fleetplan.solver.headroom import pool_queues, pooled_rho
 from fleetplan.solver.optimize import Outcome, lock_stage, optimize
 from fleetplan.solver.pooled import (
     FLOW_EPS,
-    MIN_BUDGET_SHARE,
     TIME_LIMIT_S,
     fixed_form,
     fixed_lp,
-    gives_flow_up,
     pool_credit,
     stage_records,
 )
 
 ROUNDS = 4  # guard rounds at most: each lowers N_w, and with it the margin, a little less
 MIN_ROUND_S = 0.05  # optimize_guarded starts no round with less of the time limit left (s)
-ALTERNATIVES = 4  # settle credits at most this many earlier plans of the goodput MIP, the newest first
-# settle's note on the tie-break where it keeps an earlier plan of the goodput MIP
-EARLIER_PLAN = (
-    "kept an earlier plan of the goodput MIP, which serves more after the pooled credit (cost not tie-broken)"
-)
 
 
 def settle(
     request: PlanRequest, cand: Candidates, outcome: Outcome, deadline: Deadline | None = None
 ) -> tuple[Candidates, Outcome]:
     """The plan's headroom after the MILP, as every caller applies it: the pooled credit (solver/pooled.py),
-    then the window guard (`window_guard`). Where they may move flows (`pooled.gives_flow_up`), both also
-    run on each earlier plan the goodput MIP found (`Outcome.alternatives`: the newest ALTERNATIVES, newest
-    first; no more once `deadline` leaves under MIN_BUDGET_SHARE), and the plan kept is the one that serves
-    the most goodput after them: an earlier one only where it serves more by over `mip_rel_gap` (the MILP's
-    last plan has its cost tie-broken, an earlier one has not; the tie-break's note then says so).
-
-    Why: the MILP weighs every instance at its one-instance headroom, the credit after it lifts pools of
-    several instances, and the two rank plans differently. Measured on the fidelity requests, an earlier
-    plan of the same MILP served up to 9% more after the credit (docs/formulation.md, "Settling the
-    MILP's earlier plans"). The guard only lowers a plan's goodput, so it runs on an earlier plan only
-    where the credit lifts that plan above the best so far. Every LP is in the stages (step "earlier" for
-    the earlier plans'), each plan's after the previous one's."""
-    first = _settled(request, cand, outcome, deadline)
-    if not outcome.alternatives or first[1].values is None or not gives_flow_up(request, cand):
-        return first
-    best, passes = first, list(first[1].stages[len(outcome.stages) :])
-    spent = first[1].solve_ms - outcome.solve_ms  # ms of the passes after the MILP, every plan's
-    for values in outcome.alternatives[:ALTERNATIVES]:
-        if deadline is not None and deadline.remaining() < MIN_BUDGET_SHARE * deadline.budget_s:
-            break
-        earlier = dataclasses.replace(outcome, values=values, form=_unlocked(outcome.form))
-        trial = pool_credit(request, cand, earlier, deadline)
-        if _goodput(trial[1]) > _goodput(best[1]) * (1 + request.options.mip_rel_gap):
-            trial = window_guard(request, *trial, deadline)  # it only lowers: run where it can matter
-        spent += trial[1].solve_ms - outcome.solve_ms
-        shift = passes[-1].ended_ms - outcome.stages[-1].ended_ms if passes else 0.0
-        passes += [
-            msgspec.structs.replace(r, step="earlier", ended_ms=round(r.ended_ms + shift, 3))
-            for r in trial[1].stages[len(outcome.stages) :]
-        ]
-        if _goodput(trial[1]) > _goodput(best[1]) * (1 + request.options.mip_rel_gap):
-            best = trial
-    kept_cand, kept = best
-    tie_break = kept.tie_break
-    if kept is not first[1]:
-        tie_break = f"{tie_break}; {EARLIER_PLAN}"
-    return kept_cand, dataclasses.replace(
-        kept,
-        stages=(*outcome.stages, *passes),
-        solve_ms=outcome.solve_ms + spent,
-        tie_break=tie_break,
-        tie_break_gap=kept.tie_break_gap if kept is first[1] else None,
-    )
-
-
-def _settled(
-    request: PlanRequest, cand: Candidates, outcome: Outcome, deadline: Deadline | None
-) -> tuple[Candidates, Outcome]:
-    """One plan's headroom after the MILP: the pooled credit, then the window guard."""
+    then the window guard (`window_guard`)."""
     cand, outcome = pool_credit(request, cand, outcome, deadline)
     return window_guard(request, cand, outcome, deadline)
-
-
-def _goodput(outcome: Outcome) -> float:
-    return (
-        float(outcome.form.objectives["goodput"] @ outcome.values) if outcome.values is not None else -np.inf
-    )
 
 
 def window_guard(

@@ -59,9 +59,6 @@ class SolveResult:
     seconds: float
     detail: str = ""
     nodes: int | None = None  # branch-and-bound nodes, where the backend reports them (HiGHS MIPs)
-    # the MIP's improving plans, oldest first, the last being `values` (HiGHS, when the call's tuning sets
-    # mip_improving_solution_save; empty otherwise and on other backends)
-    improving: tuple[np.ndarray, ...] = ()
 
     @property
     def has_solution(self) -> bool:

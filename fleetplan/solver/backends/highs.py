@@ -95,9 +95,6 @@ class HighsBackend:
         bound = float(info.mip_dual_bound) if is_mip else objective_value
         if termination is Termination.OPTIMAL and values is None:
             termination = Termination.ERROR
-        improving = ()
-        if is_mip and (tuning or {}).get("mip_improving_solution_save"):
-            improving = tuple(np.asarray(s.col_value, dtype=float) for s in h.getSavedMipSolutions())
         return SolveResult(
             termination,
             values,
@@ -106,7 +103,6 @@ class HighsBackend:
             time.perf_counter() - begin,
             h.modelStatusToString(status),
             nodes=int(info.mip_node_count) if is_mip else None,
-            improving=improving,
         )
 
 
