@@ -937,6 +937,32 @@ def test_kv_reserve_of_a_p50_class_uses_its_own_percentile():
 # --- predictions at a load ----------------------------------------------------------------------------------
 
 
+def test_bisect_limit_finds_the_percentile_from_above_with_or_without_the_slo_bracket():
+    """P(T > t) = exp(-t / 100) has its 95th percentile at 100 ln 20 ms. bisect_limit returns a limit that
+    keeps the tail (never below the percentile) within LIMIT_PRECISION of it, whether the SLO bracket
+    holds (it starts from [0, SLO]) or not (from [SLO, upper]); the bracket saves halvings."""
+    exact = 100.0 * np.log(20.0)
+    calls = []
+
+    def tail_at(limit):
+        calls.append(1)
+        return np.exp(-limit / 100.0)
+
+    epsilon, upper = np.array([0.05, 0.05]), np.array([5000.0, 5000.0])
+    brackets = (None, np.array([400.0, 350.0]), np.array([400.0, 250.0]), np.array([250.0, 250.0]))
+    for first in brackets:
+        calls.clear()
+        found = capacity.bisect_limit(tail_at, epsilon, upper, first)
+        assert (found >= exact).all()
+        assert (found <= exact * (1 + capacity.LIMIT_PRECISION) + 1e-12).all()
+        assert len(calls) <= 40
+        if first is not None and (first >= exact).all():
+            assert len(calls) <= 33  # 1 probe, then about 31 halvings of [0, 400]
+    # a limit no search reaches (the tail never falls to epsilon) stays at `upper`, as before
+    never = capacity.bisect_limit(lambda lim: np.ones_like(lim), epsilon, upper, np.array([300.0, 300.0]))
+    assert (never == upper).all()
+
+
 def test_prefill_prediction_closed_form_and_consistency_with_the_admissible_rate():
     d, limit, share = 20.0, 80.0, 1.5
     cv = curves([1.0], [flat(d)], [flat(5.0)], n=3)

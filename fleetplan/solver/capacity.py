@@ -55,6 +55,9 @@ NIC_SERVERS = 2
 RHO_MIN = 0.02  # a use admissible below this utilization is not worth a pool
 NIC_FLOOR = 0.2  # a use whose KV transfers fit only below this NIC time share would throttle its pool
 BISECTIONS = 40
+# bisect_limit's relative precision: a route's predicted percentile is at most this share above the model's
+# own, well inside verify's 1e-6 (about 31 evaluations from the SLO's bracket, against 40 from 20 x SLO)
+LIMIT_PRECISION = 1e-9
 # Admissible utilizations are grouped on the grid k / LEVELS of an instance's full-batch rate (the MILP's
 # pool levels): on that grid the largest feasible point is found in ceil(log2(LEVELS + 1)) = 5 evaluations.
 # For a decode use REFINE more halvings of its cell give the rate itself to 1 / (LEVELS 2^REFINE), and a
@@ -1135,13 +1138,22 @@ def take_rows(table, rows: np.ndarray):
 # --- predictions at the planned load -----------------------------------------------------------------
 
 
-def bisect_limit(tail_at, epsilon: np.ndarray, upper: np.ndarray) -> np.ndarray:
-    """The smallest limit (ms) with tail_at(limit) <= epsilon, elementwise: a percentile of the latency."""
+def bisect_limit(
+    tail_at, epsilon: np.ndarray, upper: np.ndarray, first: np.ndarray | None = None
+) -> np.ndarray:
+    """The smallest limit (ms) with tail_at(limit) <= epsilon, elementwise: a percentile of the latency,
+    from above to within LIMIT_PRECISION of it (never below: only limits that keep the tail move `hi`).
+    `first` (optional, ms): a likely bracket tried before halving (the SLO, which an admitted use keeps):
+    where it holds the search starts from [0, first] instead of [0, upper]."""
     lo, hi = np.zeros_like(upper), upper.copy()
-    for _ in range(BISECTIONS):
+    if first is not None:
+        first = np.minimum(first, upper)
+        ok = tail_at(first) <= epsilon
+        lo, hi = np.where(ok, lo, first), np.where(ok, first, hi)
+    while (open_ := hi - lo > LIMIT_PRECISION * hi).any():
         mid = 0.5 * (lo + hi)
         ok = tail_at(mid) <= epsilon
-        lo, hi = np.where(ok, lo, mid), np.where(ok, mid, hi)
+        lo, hi = np.where(open_ & ~ok, mid, lo), np.where(open_ & ok, mid, hi)
     return hi
 
 
@@ -1157,7 +1169,9 @@ def predict(t: UseTable, curves: Curves, rate: np.ndarray) -> tuple[np.ndarray, 
         horizon = 2.0 * s.ttft_slo + s.ttft_q  # the bulk-service chain's reach (beyond it: memoryless)
         kv = kv_wait(s)
         state = prefill_state(rate[pre], c, s.batch, s.share, servers=s.servers, horizon=horizon)
-        ttft[pre] = bisect_limit(lambda lim: prefill_tail_at(state, lim, kv), s.epsilon, upper[pre])
+        ttft[pre] = bisect_limit(
+            lambda lim: prefill_tail_at(state, lim, kv), s.epsilon, upper[pre], s.ttft_slo
+        )
     dec = (t.role == "decode") & (t.steps > 0)
     if dec.any():
         s, c = take_rows(t, dec), take_rows(curves, dec)
@@ -1168,7 +1182,7 @@ def predict(t: UseTable, curves: Curves, rate: np.ndarray) -> tuple[np.ndarray, 
         def tpot_tail(lim):
             return decode_tail(lam, grid, hold, slots, s.steps, lim, s.share, s.servers, s.epsilon)
 
-        tbt[dec] = bisect_limit(tpot_tail, s.epsilon, 20.0 * s.tbt_slo + 1e3)
+        tbt[dec] = bisect_limit(tpot_tail, s.epsilon, 20.0 * s.tbt_slo + 1e3, s.tbt_slo)
     col = t.role == "colocated"
     if col.any():
         ttft[col], tbt[col] = _predict_colocated(take_rows(t, col), take_rows(curves, col), rate[col])
@@ -1186,6 +1200,8 @@ def _predict_colocated(t: UseTable, curves: Curves, rate: np.ndarray) -> tuple[n
     slot, batch = _colocated_waits(t, curves, rate, grid, n, (prefill_mean, tbt_mean, hold), slots)
     own = own_service(curves, rate, grid, tbt_mean, t.batch)
     upper = 20.0 * (t.ttft_slo + t.ttft_q) + 1e3
-    ttft = bisect_limit(lambda lim: queue_tail(grid, lim - tbt_mean, batch, slot, own=own), t.epsilon, upper)
+    ttft = bisect_limit(
+        lambda lim: queue_tail(grid, lim - tbt_mean, batch, slot, own=own), t.epsilon, upper, t.ttft_slo
+    )
     overloaded = rate * hold / 1e3 >= slots
     return np.where(overloaded, np.nan, ttft), np.where(overloaded, np.nan, t.tbt_q / (1.0 - stall))
