@@ -354,24 +354,12 @@ def create_app(
     pool (tests use one whose children fork from the test process). `database_url`: the store of fleets,
     plans and runs (fleetplan/api/fleets.py; default the settings', else the user's SQLite file).
     """
-    from fleetplan.api.fleets import StoreHandle, fleets_router, open_store_at_startup
+    from fleetplan.api.fleets import fleets_router, open_store_at_startup
     from fleetplan.api.whatif import post_whatif  # it builds on this module's DTO base
 
     settings = settings or load_settings()
-    slots = max_concurrent_solves or settings.max_concurrent_solves
-    solves = pool or SolvePool(
-        slots=slots,
-        queue=settings.max_queued_solves,
-        context=server_context,
-        max_retry_after_s=settings.keep_alive_s - 5,
-    )
-
-    async def on_startup(app: Litestar) -> None:
-        await anyio.to_thread.run_sync(solves.warm)
-
-    def on_shutdown(app: Litestar) -> None:
-        solves.kill_all()  # queued and running solves end now; their requests answer 503
-
+    solves = pool or _solve_pool(settings, max_concurrent_solves)
+    on_startup, on_shutdown = _pool_hooks(solves)
     app = Litestar(
         route_handlers=[
             post_plan,
@@ -381,35 +369,74 @@ def create_app(
             post_whatif,
             fleets_router,
         ],
-        state=State(
-            {
-                "store": store or default_store(settings),
-                "settings": settings,
-                "solves": solves,
-                "metrics": Metrics(),
-                "fleet_store": StoreHandle(database_url or settings.database_url),
-            }
-        ),
+        state=_app_state(store, settings, solves, database_url),
         on_startup=[on_startup, open_store_at_startup],
         on_shutdown=[on_shutdown],
         before_request=check_body,
         guards=[auth_guard],
         request_max_body_size=settings.max_body_bytes,
         exception_handlers={Exception: problem_response},
-        openapi_config=OpenAPIConfig(
-            title="fleetplan",
-            version=VERSION,
-            path="/schema",
-            description="Placement planner for LLM serving fleets (docs/api.md).",
-            # /schema: the rendered document; /schema/openapi.json: the document with this server's rules
-            render_plugins=[RedocRenderPlugin(), ContractJson(settings)],
-        ),
+        openapi_config=_openapi_config(settings),
         debug=False,
     )
     # around Litestar's router and its exception handler rather than in `middleware=[...]`, which wraps
     # matched routes only: a 404 or 405 then had no access line, no metric and no X-Request-ID
     app.asgi_handler = request_middleware(app.asgi_handler)
     return app
+
+
+def _solve_pool(settings: Settings, max_concurrent_solves: int | None) -> SolvePool:
+    """A SolvePool of the settings' slots (or `max_concurrent_solves`), queue and Retry-After cap."""
+    slots = max_concurrent_solves or settings.max_concurrent_solves
+    return SolvePool(
+        slots=slots,
+        queue=settings.max_queued_solves,
+        context=server_context,
+        max_retry_after_s=settings.keep_alive_s - 5,
+    )
+
+
+def _pool_hooks(
+    solves: SolvePool,
+) -> tuple[Callable[[Litestar], Awaitable[None]], Callable[[Litestar], None]]:
+    """The app's startup hook (warm the pool's workers, off the loop) and shutdown hook (kill every solve)."""
+
+    async def on_startup(app: Litestar) -> None:
+        await anyio.to_thread.run_sync(solves.warm)
+
+    def on_shutdown(app: Litestar) -> None:
+        solves.kill_all()  # queued and running solves end now; their requests answer 503
+
+    return on_startup, on_shutdown
+
+
+def _app_state(
+    store: ProfileStore | None, settings: Settings, solves: SolvePool, database_url: str | None
+) -> State:
+    """The handlers' shared state: profile store, settings, solve pool, metrics and the fleets' store."""
+    from fleetplan.api.fleets import StoreHandle
+
+    return State(
+        {
+            "store": store or default_store(settings),
+            "settings": settings,
+            "solves": solves,
+            "metrics": Metrics(),
+            "fleet_store": StoreHandle(database_url or settings.database_url),
+        }
+    )
+
+
+def _openapi_config(settings: Settings) -> OpenAPIConfig:
+    """The OpenAPI document at /schema, and with this server's rules at /schema/openapi.json."""
+    return OpenAPIConfig(
+        title="fleetplan",
+        version=VERSION,
+        path="/schema",
+        description="Placement planner for LLM serving fleets (docs/api.md).",
+        # /schema: the rendered document; /schema/openapi.json: the document with this server's rules
+        render_plugins=[RedocRenderPlugin(), ContractJson(settings)],
+    )
 
 
 __all__ = [

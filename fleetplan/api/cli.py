@@ -22,7 +22,10 @@ if TYPE_CHECKING:
 
     from fleetplan.models.errors import PlannerError
     from fleetplan.models.plan import Plan, PlanRequest
+    from fleetplan.models.profile import ProfileGrid
+    from fleetplan.models.simulation import SimulationReport
     from fleetplan.profiler.calibrate import Calibration
+    from fleetplan.profiler.runner import RunResult
     from fleetplan.profiler.store import ProfileStore
 
 _IMPORTED = time.monotonic()
@@ -316,8 +319,33 @@ def profile_command(
     Finished points go to OUT/SET.partial.jsonl as they complete; Ctrl-C keeps them and the same command
     resumes. The set replaces OUT/SET only after the whole grid is done and every table check passed.
     """
+    from fleetplan.models.errors import PlannerError
+
+    try:
+        grid = _profile_grid(device, models, batches, prompts, tp, output_tokens, warmup, runs)
+        name = set_name or f"{backend}-{device}"
+        _check_output(name, out)  # before any point is measured or a resume file written
+        options = _profile_engine_options(backend, device, endpoint, calibration, engine_options)
+        result = _run_profile(backend, options, grid, out, name, restart, progress, description)
+    except PlannerError as error:
+        _fail(error)
+    _echo_profile_result(result, out)
+
+
+def _profile_grid(
+    device: str,
+    models: str,
+    batches: str,
+    prompts: str,
+    tp: str,
+    output_tokens: int,
+    warmup: int,
+    runs: int,
+) -> "ProfileGrid":
+    """The `profile` options as a ProfileGrid (the comma-separated lists split, the integer ones parsed),
+    validated through the codec."""
     from fleetplan.models.codec import convert
-    from fleetplan.models.errors import InputError, PlannerError
+    from fleetplan.models.errors import InputError
     from fleetplan.models.profile import ProfileGrid
 
     raw = {
@@ -330,50 +358,77 @@ def profile_command(
         "warmup": warmup,
         "runs": runs,
     }
-    try:
-        for key in ("batches", "prompts", "tp"):
-            try:
-                raw[key] = [int(v) for v in raw[key]]
-            except ValueError:
-                msg = f"expected comma-separated integers, got {','.join(raw[key])!r}"
-                raise InputError(msg, field=key) from None
-        grid = convert(raw, ProfileGrid)
-        name = set_name or f"{backend}-{device}"
-        _check_output(name, out)  # before any point is measured or a resume file written
-        options: dict[str, object] = _parse_engine_options(engine_options)
-        if backend == "openai" and not endpoint:
-            raise InputError("--backend openai needs --endpoint URL", field="endpoint")
-        if endpoint:
-            if backend not in ("openai", "jetstream"):
-                msg = f"--endpoint only applies to --backend openai or jetstream, not {backend!r}"
-                raise InputError(msg, field="endpoint")
-            options["endpoint"] = endpoint
-        if backend == "analytic":
-            options["device"] = device
-            if calibration is not None:
-                options["efficiency"] = _read_calibration(calibration).efficiency(device)
-        elif calibration is not None:
-            raise InputError("--calibration only applies to --backend analytic", field="calibration")
-        from fleetplan.profiler.engines import get_engine
-        from fleetplan.profiler.runner import RunInterrupted, run_grid
-
-        engine = get_engine(backend, **options)
+    for key in ("batches", "prompts", "tp"):
         try:
-            result = run_grid(
-                engine, grid, out, name, restart=restart, show_progress=progress, description=description
-            )
-        except RunInterrupted as interrupted:
-            click.echo(
-                f"interrupted: {interrupted.kept} of {interrupted.total} points kept in "
-                f"{interrupted.partial}; "
-                "rerun the same command to resume (--restart to start over)",
-                err=True,
-            )
-            sys.exit(EXIT_INTERRUPTED)
-        finally:
-            engine.close()
-    except PlannerError as error:
-        _fail(error)
+            raw[key] = [int(v) for v in raw[key]]
+        except ValueError:
+            msg = f"expected comma-separated integers, got {','.join(raw[key])!r}"
+            raise InputError(msg, field=key) from None
+    return convert(raw, ProfileGrid)
+
+
+def _profile_engine_options(
+    backend: str,
+    device: str,
+    endpoint: str | None,
+    calibration: Path | None,
+    engine_options: tuple[str, ...],
+) -> dict[str, object]:
+    """The engine's constructor arguments: the --engine-option pairs, then --endpoint and the device (with
+    --calibration's factors) where the backend takes them; an InputError where it does not."""
+    from fleetplan.models.errors import InputError
+
+    options: dict[str, object] = _parse_engine_options(engine_options)
+    if backend == "openai" and not endpoint:
+        raise InputError("--backend openai needs --endpoint URL", field="endpoint")
+    if endpoint:
+        if backend not in ("openai", "jetstream"):
+            msg = f"--endpoint only applies to --backend openai or jetstream, not {backend!r}"
+            raise InputError(msg, field="endpoint")
+        options["endpoint"] = endpoint
+    if backend == "analytic":
+        options["device"] = device
+        if calibration is not None:
+            options["efficiency"] = _read_calibration(calibration).efficiency(device)
+    elif calibration is not None:
+        raise InputError("--calibration only applies to --backend analytic", field="calibration")
+    return options
+
+
+def _run_profile(
+    backend: str,
+    options: dict[str, object],
+    grid: "ProfileGrid",
+    out: Path,
+    name: str,
+    restart: bool,
+    progress: bool,
+    description: str | None,
+) -> "RunResult":
+    """Run the grid through the backend's engine (closed afterwards); on Ctrl-C, say how many points are
+    kept and how to resume, and exit 130."""
+    from fleetplan.profiler.engines import get_engine
+    from fleetplan.profiler.runner import RunInterrupted, run_grid
+
+    engine = get_engine(backend, **options)
+    try:
+        return run_grid(
+            engine, grid, out, name, restart=restart, show_progress=progress, description=description
+        )
+    except RunInterrupted as interrupted:
+        click.echo(
+            f"interrupted: {interrupted.kept} of {interrupted.total} points kept in "
+            f"{interrupted.partial}; "
+            "rerun the same command to resume (--restart to start over)",
+            err=True,
+        )
+        sys.exit(EXIT_INTERRUPTED)
+    finally:
+        engine.close()
+
+
+def _echo_profile_result(result: "RunResult", out: Path) -> None:
+    """The run's warnings (stderr), then what it wrote and how to plan with it."""
     for warning in result.warnings:
         click.echo(f"warning: {warning}", err=True)
     resumed = f", {result.resumed} resumed from an earlier run" if result.resumed else ""
@@ -561,57 +616,18 @@ def simulate_command(
 
     FILE is a PlanRequest (planned first) or a Plan with --request.
     """
-    import io
-
     import msgspec
 
-    from fleetplan.api.render import render_simulation
-    from fleetplan.models.codec import decode, encode, read_request
+    from fleetplan.models.codec import encode
     from fleetplan.models.errors import InputError, PlannerError
-    from fleetplan.models.plan import Plan
-    from fleetplan.simulator import simulate
-    from fleetplan.solver import plan as solve
-    from fleetplan.solver.pipeline import resolve_profiles
 
     try:
-        if plot is not None and plot.suffix.lower() not in PLOT_SUFFIXES:
-            msg = f"{str(plot)!r}: a picture is one of {', '.join(PLOT_SUFFIXES)}"
-            raise InputError(msg, field="--plot")
-        loaded = None if trace is None else _check_trace(trace)
-        if loaded is not None:
-            _check_trace_window(loaded, warmup, duration, rate_scale)
-        if request_file is not None:
-            request = read_request(request_file)
-            planned = decode(file.read_bytes(), Plan)
-        else:
-            request = read_request(file)
-            planned = solve(request, with_baselines=False)
-        if planned.status not in ("optimal", "feasible"):
-            raise InputError(f"the plan's status is {planned.status!r}: nothing to simulate", field="status")
+        _check_plot(plot)
+        loaded = _load_trace(trace, warmup, duration, rate_scale)
+        request, planned = _plan_to_simulate(file, request_file)
         if loaded is None:
             _check_arrivals(request, planned, warmup + duration, rate_scale)
-        report = simulate(
-            request,
-            planned,
-            resolve_profiles(request),
-            duration_s=duration,
-            warmup_s=warmup,
-            seed=seed,
-            rate_scale=rate_scale,
-            trace=loaded,
-            keep_samples=plot is not None,
-        )
-        if plot is not None:
-            from fleetplan.api.plots import plot_latency_distributions
-
-            plot_latency_distributions(report, plot)
-            report = msgspec.structs.replace(
-                report,
-                classes=[
-                    msgspec.structs.replace(c, ttft_ms_samples=None, tbt_ms_samples=None)
-                    for c in report.classes
-                ],
-            )
+        report = _replay(request, planned, loaded, duration, warmup, seed, rate_scale, plot)
     except PlannerError as error:
         _fail(error)
     except OSError as error:
@@ -621,12 +637,100 @@ def simulate_command(
     if as_json:
         click.echo(msgspec.json.format(encode(report), indent=2).decode())
         return
-    buffer = io.StringIO()
-    render_simulation(report, buffer)
-    click.echo(buffer.getvalue(), nl=False)
+    _echo_simulation(report)
 
 
 PLOT_SUFFIXES = (".png", ".svg", ".pdf")
+
+
+def _check_plot(plot: Path | None) -> None:
+    """InputError naming --plot when its file's suffix is not a picture's (PLOT_SUFFIXES)."""
+    from fleetplan.models.errors import InputError
+
+    if plot is not None and plot.suffix.lower() not in PLOT_SUFFIXES:
+        msg = f"{str(plot)!r}: a picture is one of {', '.join(PLOT_SUFFIXES)}"
+        raise InputError(msg, field="--plot")
+
+
+def _load_trace(
+    trace: Path | None, warmup: float, duration: float, rate_scale: float
+) -> "pd.DataFrame | None":
+    """The --trace arrivals (None without --trace), checked against the measured window."""
+    loaded = None if trace is None else _check_trace(trace)
+    if loaded is not None:
+        _check_trace_window(loaded, warmup, duration, rate_scale)
+    return loaded
+
+
+def _plan_to_simulate(file: Path, request_file: Path | None) -> tuple["PlanRequest", "Plan"]:
+    """The request and the plan to replay: FILE as a Plan for the --request file, else FILE planned; an
+    InputError when the plan's status leaves nothing to simulate."""
+    from fleetplan.models.codec import decode, read_request
+    from fleetplan.models.errors import InputError
+    from fleetplan.models.plan import Plan
+    from fleetplan.solver import plan as solve
+
+    if request_file is not None:
+        request = read_request(request_file)
+        planned = decode(file.read_bytes(), Plan)
+    else:
+        request = read_request(file)
+        planned = solve(request, with_baselines=False)
+    if planned.status not in ("optimal", "feasible"):
+        raise InputError(f"the plan's status is {planned.status!r}: nothing to simulate", field="status")
+    return request, planned
+
+
+def _replay(
+    request: "PlanRequest",
+    planned: "Plan",
+    loaded: "pd.DataFrame | None",
+    duration: float,
+    warmup: float,
+    seed: int,
+    rate_scale: float,
+    plot: Path | None,
+) -> "SimulationReport":
+    """The replay's report; with --plot, the latency distributions drawn into `plot` and their samples
+    dropped from the report."""
+    import msgspec
+
+    from fleetplan.simulator import simulate
+    from fleetplan.solver.pipeline import resolve_profiles
+
+    report = simulate(
+        request,
+        planned,
+        resolve_profiles(request),
+        duration_s=duration,
+        warmup_s=warmup,
+        seed=seed,
+        rate_scale=rate_scale,
+        trace=loaded,
+        keep_samples=plot is not None,
+    )
+    if plot is not None:
+        from fleetplan.api.plots import plot_latency_distributions
+
+        plot_latency_distributions(report, plot)
+        report = msgspec.structs.replace(
+            report,
+            classes=[
+                msgspec.structs.replace(c, ttft_ms_samples=None, tbt_ms_samples=None) for c in report.classes
+            ],
+        )
+    return report
+
+
+def _echo_simulation(report: "SimulationReport") -> None:
+    """The report's table view on stdout."""
+    import io
+
+    from fleetplan.api.render import render_simulation
+
+    buffer = io.StringIO()
+    render_simulation(report, buffer)
+    click.echo(buffer.getvalue(), nl=False)
 
 
 def _check_trace(path: Path) -> "pd.DataFrame":

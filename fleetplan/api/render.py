@@ -8,7 +8,7 @@ renderers only lay them out, so both show the same figures.
 from collections.abc import Sequence
 from typing import IO
 
-from fleetplan.models.plan import Plan, PoolRef, Route
+from fleetplan.models.plan import Baselines, Plan, PoolRef, Route
 from fleetplan.models.simulation import ClassMetrics, SimulationReport
 
 Row = Sequence[str]
@@ -88,6 +88,33 @@ def summary_line(plan: Plan) -> str:
 
 def plan_report(plan: Plan) -> list[Section]:
     """The sections of the table view, in reading order."""
+    devices: list[Row] = [[d.name, f"{d.used}/{d.available}"] for d in plan.devices]
+    links: list[Row] = [
+        [f"{link.source} -> {link.target}", _num(link.gbps), _num(link.budget_gbps)] for link in plan.links
+    ]
+    sections = [
+        Section(
+            "Classes",
+            ["class", "served/demand", "route", "rps", "TTFT ms", "TBT ms", "reason"],
+            _class_rows(plan),
+        ),
+        Section(
+            "Pools",
+            ["role", "model", "device", "tp", "batch", "instances", "utilization", "headroom"],
+            _pool_rows(plan),
+        ),
+        Section("Devices", ["device", "used/available"], devices),
+    ]
+    if links:
+        sections.append(Section("Links (Gbit/s)", ["link", "KV traffic", "budget"], links))
+    if plan.baselines is not None:
+        sections.append(_baselines_section(plan.slo_rps, plan.baselines))
+    return sections
+
+
+def _class_rows(plan: Plan) -> list[Row]:
+    """One row per route of each class (its name, share and reason on the first), or a row of dashes for a
+    class without routes."""
     routes: list[Row] = []
     for w in plan.workloads:
         share = f"{_num(w.served_rps)}/{_num(w.served_rps + w.unserved_rps)}"
@@ -107,7 +134,12 @@ def plan_report(plan: Plan) -> list[Section]:
                     reason if first else "",
                 ]
             )
-    pools: list[Row] = [
+    return routes
+
+
+def _pool_rows(plan: Plan) -> list[Row]:
+    """One row per pool: role, model (and class), device (and group), shape, instances, utilization."""
+    return [
         [
             p.role,
             p.model + (f" ({p.workload})" if p.workload else ""),
@@ -120,37 +152,24 @@ def plan_report(plan: Plan) -> list[Section]:
         ]
         for p in plan.pools
     ]
-    devices: list[Row] = [[d.name, f"{d.used}/{d.available}"] for d in plan.devices]
-    links: list[Row] = [
-        [f"{link.source} -> {link.target}", _num(link.gbps), _num(link.budget_gbps)] for link in plan.links
-    ]
-    sections = [
-        Section("Classes", ["class", "served/demand", "route", "rps", "TTFT ms", "TBT ms", "reason"], routes),
-        Section(
-            "Pools", ["role", "model", "device", "tp", "batch", "instances", "utilization", "headroom"], pools
-        ),
-        Section("Devices", ["device", "used/available"], devices),
-    ]
-    if links:
-        sections.append(Section("Links (Gbit/s)", ["link", "KV traffic", "budget"], links))
-    if plan.baselines is not None:
-        gpu, greedy = plan.baselines.gpu_only, plan.baselines.greedy
-        sections.append(
-            Section(
-                "Baselines",
-                ["baseline", "SLO RPS", "plan / baseline", "note"],
-                [
-                    [
-                        f"gpu_only ({gpu.device or 'none'})",
-                        _num(gpu.slo_rps),
-                        _ratio(plan.slo_rps, gpu.slo_rps),
-                        gpu.reason or "",
-                    ],
-                    ["greedy", _num(greedy.slo_rps), _ratio(plan.slo_rps, greedy.slo_rps), ""],
-                ],
-            )
-        )
-    return sections
+
+
+def _baselines_section(slo_rps: float, baselines: Baselines) -> Section:
+    """The plan's SLO RPS (`slo_rps`) against the GPU-only and greedy baselines'."""
+    gpu, greedy = baselines.gpu_only, baselines.greedy
+    return Section(
+        "Baselines",
+        ["baseline", "SLO RPS", "plan / baseline", "note"],
+        [
+            [
+                f"gpu_only ({gpu.device or 'none'})",
+                _num(gpu.slo_rps),
+                _ratio(slo_rps, gpu.slo_rps),
+                gpu.reason or "",
+            ],
+            ["greedy", _num(greedy.slo_rps), _ratio(slo_rps, greedy.slo_rps), ""],
+        ],
+    )
 
 
 def footer_lines(plan: Plan) -> list[str]:

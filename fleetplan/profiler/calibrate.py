@@ -28,7 +28,7 @@ Trainium factors were fitted to, and the 70B figures the estimator is checked ag
 
 import math
 from collections.abc import Callable, Sequence
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 import msgspec
 import numpy as np
@@ -257,6 +257,73 @@ def _solve(
     return x, float(best.cost), unconstrained
 
 
+class _DeviceRows(NamedTuple):
+    """One device's rows as the estimator's per-row arrays, split by the metric each row measured (p50)."""
+
+    ttft_shape: _Shape
+    ttft_at: tuple[np.ndarray, np.ndarray, np.ndarray]  # tp, batch, prompt of the rows with a TTFT
+    ttft_ms: np.ndarray  # their measured p50 TTFT
+    tbt_shape: _Shape
+    tbt_at: tuple[np.ndarray, np.ndarray, np.ndarray]  # tp, batch, decode context of the rows with a TBT
+    tbt_ms: np.ndarray  # their measured p50 TBT
+
+    def predict(self, hw: HardwareSpec, f: KindFactors) -> tuple[np.ndarray, np.ndarray]:
+        """Estimated TTFT and TBT (ms) of the rows that measured each, under the factors `f`."""
+        ttft = prefill_ms(self.ttft_shape, hw, f, *self.ttft_at)
+        return ttft, decode_ms(self.tbt_shape, hw, f, *self.tbt_at)
+
+
+def _device_rows(
+    device: str, rows: pd.DataFrame, models: dict[str, ModelSpec], output_tokens: int
+) -> _DeviceRows:
+    """The device's rows as `_DeviceRows`; InputError when no row gives a p50 TTFT or TBT."""
+    shape = _stacked_shape([models[m] for m in rows.model])
+    tp, batch, prompt = (rows[c].to_numpy(float) for c in ("tp", "batch", "prompt_tokens"))
+    context = prompt + output_tokens / 2
+    ttft_meas, tbt_meas = rows.ttft_ms_p50.to_numpy(float), rows.tbt_ms_p50.to_numpy(float)
+    has_ttft, has_tbt = np.isfinite(ttft_meas), np.isfinite(tbt_meas)
+    if not (has_ttft.any() or has_tbt.any()):
+        msg = f"device {device!r}: no row gives ttft_ms_p50 or tbt_ms_p50, nothing to calibrate against"
+        raise InputError(msg, field="profiles")
+    # The shape's fields are per-row arrays: subset them with the rows each metric uses.
+    return _DeviceRows(
+        ttft_shape=_Shape(*(field[has_ttft] for field in shape)),
+        ttft_at=(tp[has_ttft], batch[has_ttft], prompt[has_ttft]),
+        ttft_ms=ttft_meas[has_ttft],
+        tbt_shape=_Shape(*(field[has_tbt] for field in shape)),
+        tbt_at=(tp[has_tbt], batch[has_tbt], context[has_tbt]),
+        tbt_ms=tbt_meas[has_tbt],
+    )
+
+
+def _with_jitter(fitted: KindFactors, rows: pd.DataFrame, start: KindFactors) -> tuple[KindFactors, bool]:
+    """`fitted` with j90 and j99 from the rows' percentiles (else `start`'s), and whether rows gave any."""
+    j90, seen90 = _jitter(rows, 90, start.j90)
+    j99, seen99 = _jitter(rows, 99, start.j99)
+    return msgspec.structs.replace(fitted, j90=j90, j99=j99), seen90 or seen99
+
+
+def _fit_errors(data: _DeviceRows, ttft: np.ndarray, tbt: np.ndarray) -> dict[str, Any]:
+    """DeviceFit's error fields: rows used, RMS and max of |estimated / measured - 1|, per metric."""
+
+    def rms(err: np.ndarray) -> float:
+        return float(np.sqrt(np.mean(err**2))) if err.size else math.nan
+
+    def peak(err: np.ndarray) -> float:
+        return float(err.max()) if err.size else math.nan
+
+    ttft_err = np.abs(ttft / data.ttft_ms - 1)
+    tbt_err = np.abs(tbt / data.tbt_ms - 1)
+    return {
+        "ttft_rows": int(data.ttft_ms.size),
+        "tbt_rows": int(data.tbt_ms.size),
+        "ttft_rms": rms(ttft_err),
+        "ttft_max": peak(ttft_err),
+        "tbt_rms": rms(tbt_err),
+        "tbt_max": peak(tbt_err),
+    }
+
+
 def _fit_device(
     device: str,
     rows: pd.DataFrame,
@@ -268,15 +335,7 @@ def _fit_device(
     parameters: tuple[str, ...] = PARAMETERS,
 ) -> DeviceFit:
     """Least squares on log(estimated / measured) of the device's p50 TTFT and TBT."""
-    shape = _stacked_shape([models[m] for m in rows.model])
-    tp, batch, prompt = (rows[c].to_numpy(float) for c in ("tp", "batch", "prompt_tokens"))
-    context = prompt + output_tokens / 2
-    ttft_meas, tbt_meas = rows.ttft_ms_p50.to_numpy(float), rows.tbt_ms_p50.to_numpy(float)
-    has_ttft, has_tbt = np.isfinite(ttft_meas), np.isfinite(tbt_meas)
-    if not (has_ttft.any() or has_tbt.any()):
-        msg = f"device {device!r}: no row gives ttft_ms_p50 or tbt_ms_p50, nothing to calibrate against"
-        raise InputError(msg, field="profiles")
-
+    data = _device_rows(device, rows, models, output_tokens)
     start = _start(start, parameters)
 
     def factors(x: np.ndarray) -> KindFactors:
@@ -284,56 +343,27 @@ def _fit_device(
             start, **{name: float(v) for name, v in zip(parameters, x, strict=True)}
         )
 
-    # The shape's fields are per-row arrays: subset them with the rows each metric uses.
-    ttft_shape = _Shape(*(field[has_ttft] for field in shape))
-    tbt_shape = _Shape(*(field[has_tbt] for field in shape))
-
-    def predict(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        f = factors(x)
-        ttft = prefill_ms(ttft_shape, hw, f, tp[has_ttft], batch[has_ttft], prompt[has_ttft])
-        tbt = decode_ms(tbt_shape, hw, f, tp[has_tbt], batch[has_tbt], context[has_tbt])
-        return ttft, tbt
-
-    log_ttft, log_tbt = np.log(ttft_meas[has_ttft]), np.log(tbt_meas[has_tbt])
+    log_ttft, log_tbt = np.log(data.ttft_ms), np.log(data.tbt_ms)
 
     def residuals(x: np.ndarray) -> np.ndarray:
-        ttft, tbt = predict(x)
+        ttft, tbt = data.predict(hw, factors(x))
         return np.concatenate([np.log(ttft) - log_ttft, np.log(tbt) - log_tbt])
 
     x, cost, unconstrained = _solve(residuals, start, parameters)
-    fitted = factors(x)
-    jitter_measured = False
+    fitted, jitter_measured = factors(x), False
     if fit_jitter:
-        j90, seen90 = _jitter(rows, 90, start.j90)
-        j99, seen99 = _jitter(rows, 99, start.j99)
-        fitted = msgspec.structs.replace(fitted, j90=j90, j99=j99)
-        jitter_measured = seen90 or seen99
-
-    ttft, tbt = predict(x)
-    ttft_err = np.abs(ttft / ttft_meas[has_ttft] - 1)
-    tbt_err = np.abs(tbt / tbt_meas[has_tbt] - 1)
-
-    def rms(err: np.ndarray) -> float:
-        return float(np.sqrt(np.mean(err**2))) if err.size else math.nan
-
-    def peak(err: np.ndarray) -> float:
-        return float(err.max()) if err.size else math.nan
-
+        fitted, jitter_measured = _with_jitter(fitted, rows, start)
+    ttft, tbt = data.predict(hw, factors(x))
     return DeviceFit(
         device=device,
         spec=hw,
         factors=fitted,
         models=sorted(set(rows.model)),
         rows=len(rows),
-        ttft_rows=int(has_ttft.sum()),
-        tbt_rows=int(has_tbt.sum()),
-        ttft_rms=rms(ttft_err),
-        ttft_max=peak(ttft_err),
-        tbt_rms=rms(tbt_err),
-        tbt_max=peak(tbt_err),
         cost=cost,
         unconstrained=unconstrained,
         jitter_measured=jitter_measured,
+        **_fit_errors(data, ttft, tbt),
     )
 
 
@@ -530,132 +560,161 @@ def _fp8(model: ModelSpec) -> ModelSpec:
     return msgspec.structs.replace(model, name=f"{model.name}-fp8", bytes_per_element=1)
 
 
-def _public_figures() -> tuple[Figure, ...]:
-    """docs/public-figures.md sections 1 (Neuron CSVs) and 3 (LLM-Inference-Bench, TensorRT-LLM, NIM)."""
-    l70, l2_70, l8 = CATALOG["llama-3.1-70b"], _llama2_70b(), CATALOG["llama-3.1-8b"]
-    l2_7, mistral = CATALOG["llama-2-7b"], CATALOG["mistral-7b"]
-    a100, h100, inf2, trn1 = (HARDWARE[name] for name in ("a100", "h100", "inf2", "trn1"))
+_NIM_SOURCE = "docs.nvidia.com/nim/benchmarking/llm/1.0.0/performance, NIM 1.8.0"
+# docs/public-figures.md sections 1 (Neuron CSVs) and 3 (LLM-Inference-Bench, TensorRT-LLM, NIM):
+# (source, fit group, rows of (label, model, hardware, tp, batch, prompt, output, metric, measured ms)), the
+# model and hardware by the short names of `_what_ran`
+_PUBLIC_SOURCES: tuple[tuple[str, str, tuple[tuple[Any, ...], ...]], ...] = (
+    (
+        # inf2.48xlarge TP24 = 12 chips. The Llama-3-70B rows were inputs of the roofline-v1 inferentia
+        # fit (docs/profiles.md); the Llama-2-70B row was not.
+        "aws-neuron-sdk@81ce03ae about-neuron/benchmarks/inf2/latency_data_decoder.csv (Neuron 2.18)",
+        "",
+        (
+            ("inf2 Llama-3-70B TTFT 128", "l70", "inf2", 12, 1, 128, 128, "ttft", 77.81),
+            ("inf2 Llama-3-70B TPOT 128/128", "l70", "inf2", 12, 1, 128, 128, "tbt", 32.2),
+            ("inf2 Llama-3-70B TTFT 2048", "l70", "inf2", 12, 1, 2048, 2048, "ttft", 745.49),
+            ("inf2 Llama-3-70B TPOT 2048/2048", "l70", "inf2", 12, 1, 2048, 2048, "tbt", 34.67),
+            ("inf2 Llama-2-70B TTFT 1024", "l2_70", "inf2", 12, 1, 1024, 1024, "ttft", 277.02),
+            ("inf2 Llama-2-70B TPOT 1024/1024", "l2_70", "inf2", 12, 1, 1024, 1024, "tbt", 33.73),
+        ),
+    ),
+    (
+        # trn1.32xlarge TP32 = 16 chips.
+        "aws-neuron-sdk@81ce03ae about-neuron/benchmarks/trn1/latency_data_decoder.csv",
+        "trainium",
+        (
+            ("trn1 Llama-2-70B TTFT 2048", "l2_70", "trn1", 16, 1, 2048, 1024, "ttft", 232.48),
+            ("trn1 Llama-2-70B TPOT 2048/1024", "l2_70", "trn1", 16, 1, 2048, 1024, "tbt", 26.04),
+            ("trn1 Llama-3-8B TTFT 128", "l8", "trn1", 16, 1, 128, 3968, "ttft", 14.75),
+            ("trn1 Llama-3-8B TPOT 128/3968", "l8", "trn1", 16, 1, 128, 3968, "tbt", 5.86),
+        ),
+    ),
+    (
+        # First-token latency: one output token. A100 FP16, H100 FP8.
+        "NVIDIA/TensorRT-LLM@138f96d4 docs/source/performance.md, low latency (v0.5)",
+        "",
+        (
+            ("A100 TRT-LLM Llama-2-7B TTFT 128", "l2_7", "a100", 1, 1, 128, 1, "ttft", 16),
+            ("A100 TRT-LLM Llama-2-7B TTFT 2048", "l2_7", "a100", 1, 1, 2048, 1, "ttft", 133),
+            ("A100x4 TRT-LLM Llama-2-70B TTFT 128", "l2_70", "a100", 4, 1, 128, 1, "ttft", 47),
+            ("A100x4 TRT-LLM Llama-2-70B TTFT 2048", "l2_70", "a100", 4, 1, 2048, 1, "ttft", 377),
+            ("H100 FP8 TRT-LLM Llama-2-7B TTFT 128", "l2_7_fp8", "h100_fp8", 1, 1, 128, 1, "ttft", 7),
+            ("H100 FP8 TRT-LLM Llama-2-7B TTFT 2048", "l2_7_fp8", "h100_fp8", 1, 1, 2048, 1, "ttft", 36),
+            ("H100x4 FP8 TRT-LLM Llama-2-70B TTFT 128", "l2_70_fp8", "h100_fp8", 4, 1, 128, 1, "ttft", 26),
+            ("H100x4 FP8 TRT-LLM Llama-2-70B TTFT 2048", "l2_70_fp8", "h100_fp8", 4, 1, 2048, 1, "ttft", 109),
+        ),
+    ),
+    (
+        # TTFT of a batch of 16 prompts of 1024 tokens (ISL = OSL).
+        "argonne-lcf/LLM-Inference-Bench@4211f5d4 Plots/Fig_22/all_results_TTFT_ITL.csv",
+        "",
+        (
+            ("A100 vLLM Llama-3-8B TTFT bs16 1024", "l8", "a100", 1, 16, 1024, 1024, "ttft", 1042),
+            ("H100 vLLM Llama-3-8B TTFT bs16 1024", "l8", "h100", 1, 16, 1024, 1024, "ttft", 426),
+            ("H100 TRT-LLM Mistral-7B TTFT bs16 1024", "mistral", "h100", 1, 16, 1024, 1024, "ttft", 402),
+        ),
+    ),
+    (
+        # Static batches end to end (ISL = OSL); the TensorRT-LLM engines are built FP16.
+        "argonne-lcf/LLM-Inference-Bench@4211f5d4 Plots/All_results.csv",
+        "",
+        (
+            ("A100 vLLM Llama-3-8B e2e 128/128", "l8", "a100", 1, 1, 128, 128, "e2e", 1826),
+            ("A100 vLLM Llama-3-8B e2e 1024/1024", "l8", "a100", 1, 1, 1024, 1024, "e2e", 14940),
+            ("A100 vLLM Llama-3-8B e2e bs64 1024/1024", "l8", "a100", 1, 64, 1024, 1024, "e2e", 36160),
+            ("A100x4 TRT-LLM Llama-3-70B e2e 128/128", "l70", "a100", 4, 1, 128, 128, "e2e", 4300),
+            ("H100 TRT-LLM Llama-3-8B e2e 128/128", "l8", "h100", 1, 1, 128, 128, "e2e", 897),
+            ("H100 TRT-LLM Llama-3-8B e2e bs64 1024/1024", "l8", "h100", 1, 64, 1024, 1024, "e2e", 17480),
+            ("H100x4 TRT-LLM Llama-3-70B e2e 128/128", "l70", "h100", 4, 1, 128, 128, "e2e", 2310),
+        ),
+    ),
+    (
+        # 2 x H100-80G, FP8, TP2, concurrency 1 (one request at a time).
+        _NIM_SOURCE,
+        "",
+        (
+            (
+                "H100x2 FP8 NIM Llama-3.3-70B TTFT 5000",
+                "l70_fp8",
+                "h100_fp8",
+                2,
+                1,
+                5000,
+                500,
+                "ttft",
+                406.77,
+            ),
+            (
+                "H100x2 FP8 NIM Llama-3.3-70B ITL 5000/500",
+                "l70_fp8",
+                "h100_fp8",
+                2,
+                1,
+                5000,
+                500,
+                "tbt",
+                18.58,
+            ),
+            ("H100x2 FP8 NIM Llama-3.3-70B TTFT 500", "l70_fp8", "h100_fp8", 2, 1, 500, 2000, "ttft", 47.77),
+            (
+                "H100x2 FP8 NIM Llama-3.3-70B ITL 500/2000",
+                "l70_fp8",
+                "h100_fp8",
+                2,
+                1,
+                500,
+                2000,
+                "tbt",
+                18.91,
+            ),
+        ),
+    ),
+)
+# NIM at concurrency > 1: read as a batch of that many, but not a static batch (see Figure.comparable).
+# (concurrency, TTFT ms, ITL ms), each with 5,000 prompt and 500 output tokens
+_NIM_CONCURRENT: tuple[tuple[int, float, float], ...] = (
+    (5, 546.7, 21.83),
+    (25, 688.69, 38.75),
+    (50, 834.51, 59.73),
+    (100, 7996.25, 92.91),
+)
+
+
+def _what_ran() -> tuple[dict[str, ModelSpec], dict[str, HardwareSpec]]:
+    """The models and the device specs the cited sources ran, by the short names `_PUBLIC_SOURCES` uses."""
+    l70, l2_70, l2_7 = CATALOG["llama-3.1-70b"], _llama2_70b(), CATALOG["llama-2-7b"]
+    models = {
+        "l70": l70,
+        "l2_70": l2_70,
+        "l8": CATALOG["llama-3.1-8b"],
+        "l2_7": l2_7,
+        "mistral": CATALOG["mistral-7b"],
+        "l2_7_fp8": _fp8(l2_7),
+        "l2_70_fp8": _fp8(l2_70),
+        "l70_fp8": _fp8(l70),
+    }
+    hardware = {name: HARDWARE[name] for name in ("a100", "h100", "inf2", "trn1")}
+    h100 = hardware["h100"]
     # FP8 dense = 2 x BF16 dense on Hopper tensor cores (989 -> 1,979 TFLOPS): an assumption, not in
     # public-figures.md. The name stays "h100" so the H100's factors apply.
-    h100_fp8 = msgspec.structs.replace(h100, bf16_tflops=2 * h100.bf16_tflops)
-    l2_7_fp8, l2_70_fp8, l70_fp8 = _fp8(l2_7), _fp8(l2_70), _fp8(l70)
-    # (source, fit group, rows of (label, model, hardware, tp, batch, prompt, output, metric, measured ms))
-    groups: list[tuple[str, str, list[tuple[Any, ...]]]] = [
-        (
-            # inf2.48xlarge TP24 = 12 chips. The Llama-3-70B rows were inputs of the roofline-v1 inferentia
-            # fit (docs/profiles.md); the Llama-2-70B row was not.
-            "aws-neuron-sdk@81ce03ae about-neuron/benchmarks/inf2/latency_data_decoder.csv (Neuron 2.18)",
-            "",
-            [
-                ("inf2 Llama-3-70B TTFT 128", l70, inf2, 12, 1, 128, 128, "ttft", 77.81),
-                ("inf2 Llama-3-70B TPOT 128/128", l70, inf2, 12, 1, 128, 128, "tbt", 32.2),
-                ("inf2 Llama-3-70B TTFT 2048", l70, inf2, 12, 1, 2048, 2048, "ttft", 745.49),
-                ("inf2 Llama-3-70B TPOT 2048/2048", l70, inf2, 12, 1, 2048, 2048, "tbt", 34.67),
-                ("inf2 Llama-2-70B TTFT 1024", l2_70, inf2, 12, 1, 1024, 1024, "ttft", 277.02),
-                ("inf2 Llama-2-70B TPOT 1024/1024", l2_70, inf2, 12, 1, 1024, 1024, "tbt", 33.73),
-            ],
-        ),
-        (
-            # trn1.32xlarge TP32 = 16 chips.
-            "aws-neuron-sdk@81ce03ae about-neuron/benchmarks/trn1/latency_data_decoder.csv",
-            "trainium",
-            [
-                ("trn1 Llama-2-70B TTFT 2048", l2_70, trn1, 16, 1, 2048, 1024, "ttft", 232.48),
-                ("trn1 Llama-2-70B TPOT 2048/1024", l2_70, trn1, 16, 1, 2048, 1024, "tbt", 26.04),
-                ("trn1 Llama-3-8B TTFT 128", l8, trn1, 16, 1, 128, 3968, "ttft", 14.75),
-                ("trn1 Llama-3-8B TPOT 128/3968", l8, trn1, 16, 1, 128, 3968, "tbt", 5.86),
-            ],
-        ),
-        (
-            # First-token latency: one output token. A100 FP16, H100 FP8.
-            "NVIDIA/TensorRT-LLM@138f96d4 docs/source/performance.md, low latency (v0.5)",
-            "",
-            [
-                ("A100 TRT-LLM Llama-2-7B TTFT 128", l2_7, a100, 1, 1, 128, 1, "ttft", 16),
-                ("A100 TRT-LLM Llama-2-7B TTFT 2048", l2_7, a100, 1, 1, 2048, 1, "ttft", 133),
-                ("A100x4 TRT-LLM Llama-2-70B TTFT 128", l2_70, a100, 4, 1, 128, 1, "ttft", 47),
-                ("A100x4 TRT-LLM Llama-2-70B TTFT 2048", l2_70, a100, 4, 1, 2048, 1, "ttft", 377),
-                ("H100 FP8 TRT-LLM Llama-2-7B TTFT 128", l2_7_fp8, h100_fp8, 1, 1, 128, 1, "ttft", 7),
-                ("H100 FP8 TRT-LLM Llama-2-7B TTFT 2048", l2_7_fp8, h100_fp8, 1, 1, 2048, 1, "ttft", 36),
-                ("H100x4 FP8 TRT-LLM Llama-2-70B TTFT 128", l2_70_fp8, h100_fp8, 4, 1, 128, 1, "ttft", 26),
-                ("H100x4 FP8 TRT-LLM Llama-2-70B TTFT 2048", l2_70_fp8, h100_fp8, 4, 1, 2048, 1, "ttft", 109),
-            ],
-        ),
-        (
-            # TTFT of a batch of 16 prompts of 1024 tokens (ISL = OSL).
-            "argonne-lcf/LLM-Inference-Bench@4211f5d4 Plots/Fig_22/all_results_TTFT_ITL.csv",
-            "",
-            [
-                ("A100 vLLM Llama-3-8B TTFT bs16 1024", l8, a100, 1, 16, 1024, 1024, "ttft", 1042),
-                ("H100 vLLM Llama-3-8B TTFT bs16 1024", l8, h100, 1, 16, 1024, 1024, "ttft", 426),
-                ("H100 TRT-LLM Mistral-7B TTFT bs16 1024", mistral, h100, 1, 16, 1024, 1024, "ttft", 402),
-            ],
-        ),
-        (
-            # Static batches end to end (ISL = OSL); the TensorRT-LLM engines are built FP16.
-            "argonne-lcf/LLM-Inference-Bench@4211f5d4 Plots/All_results.csv",
-            "",
-            [
-                ("A100 vLLM Llama-3-8B e2e 128/128", l8, a100, 1, 1, 128, 128, "e2e", 1826),
-                ("A100 vLLM Llama-3-8B e2e 1024/1024", l8, a100, 1, 1, 1024, 1024, "e2e", 14940),
-                ("A100 vLLM Llama-3-8B e2e bs64 1024/1024", l8, a100, 1, 64, 1024, 1024, "e2e", 36160),
-                ("A100x4 TRT-LLM Llama-3-70B e2e 128/128", l70, a100, 4, 1, 128, 128, "e2e", 4300),
-                ("H100 TRT-LLM Llama-3-8B e2e 128/128", l8, h100, 1, 1, 128, 128, "e2e", 897),
-                ("H100 TRT-LLM Llama-3-8B e2e bs64 1024/1024", l8, h100, 1, 64, 1024, 1024, "e2e", 17480),
-                ("H100x4 TRT-LLM Llama-3-70B e2e 128/128", l70, h100, 4, 1, 128, 128, "e2e", 2310),
-            ],
-        ),
-        (
-            # 2 x H100-80G, FP8, TP2, concurrency 1 (one request at a time).
-            "docs.nvidia.com/nim/benchmarking/llm/1.0.0/performance, NIM 1.8.0",
-            "",
-            [
-                (
-                    "H100x2 FP8 NIM Llama-3.3-70B TTFT 5000",
-                    l70_fp8,
-                    h100_fp8,
-                    2,
-                    1,
-                    5000,
-                    500,
-                    "ttft",
-                    406.77,
-                ),
-                (
-                    "H100x2 FP8 NIM Llama-3.3-70B ITL 5000/500",
-                    l70_fp8,
-                    h100_fp8,
-                    2,
-                    1,
-                    5000,
-                    500,
-                    "tbt",
-                    18.58,
-                ),
-                ("H100x2 FP8 NIM Llama-3.3-70B TTFT 500", l70_fp8, h100_fp8, 2, 1, 500, 2000, "ttft", 47.77),
-                (
-                    "H100x2 FP8 NIM Llama-3.3-70B ITL 500/2000",
-                    l70_fp8,
-                    h100_fp8,
-                    2,
-                    1,
-                    500,
-                    2000,
-                    "tbt",
-                    18.91,
-                ),
-            ],
-        ),
-    ]
+    hardware["h100_fp8"] = msgspec.structs.replace(h100, bf16_tflops=2 * h100.bf16_tflops)
+    return models, hardware
+
+
+def _public_figures() -> tuple[Figure, ...]:
+    """docs/public-figures.md sections 1 (Neuron CSVs) and 3 (LLM-Inference-Bench, TensorRT-LLM, NIM)."""
+    models, hardware = _what_ran()
     figures = []
-    for source, group, rows in groups:
-        for label, model, hw, tp, batch, prompt, output, metric, ms in rows:
+    for source, group, rows in _PUBLIC_SOURCES:
+        for label, model, hw_name, tp, batch, prompt, output, metric, ms in rows:
+            hw = hardware[hw_name]
             fit = group or (hw.name if hw.name in ("a100", "h100") else "")
             figures.append(
                 Figure(
                     label=label,
                     source=source,
-                    model=model,
+                    model=models[model],
                     hardware=hw,
                     tp=tp,
                     batch=batch,
@@ -666,22 +725,22 @@ def _public_figures() -> tuple[Figure, ...]:
                     fit=fit,
                 )
             )
-    # NIM at concurrency > 1: read as a batch of that many, but not a static batch (see Figure.comparable).
-    nim = "docs.nvidia.com/nim/benchmarking/llm/1.0.0/performance, NIM 1.8.0"
-    for concurrency, ttft, itl in (
-        (5, 546.7, 21.83),
-        (25, 688.69, 38.75),
-        (50, 834.51, 59.73),
-        (100, 7996.25, 92.91),
-    ):
+    figures += _nim_concurrent_figures(models["l70_fp8"], hardware["h100_fp8"])
+    return tuple(figures)
+
+
+def _nim_concurrent_figures(model: ModelSpec, hardware: HardwareSpec) -> list[Figure]:
+    """The NIM figures at concurrency > 1 (`_NIM_CONCURRENT`): tabulated, not comparable."""
+    figures = []
+    for concurrency, ttft, itl in _NIM_CONCURRENT:
         for metric, ms in (("ttft", ttft), ("tbt", itl)):
             what = "TTFT" if metric == "ttft" else "ITL"
             figures.append(
                 Figure(
                     label=f"H100x2 FP8 NIM Llama-3.3-70B {what} 5000/500 c={concurrency}",
-                    source=nim,
-                    model=l70_fp8,
-                    hardware=h100_fp8,
+                    source=_NIM_SOURCE,
+                    model=model,
+                    hardware=hardware,
                     tp=2,
                     batch=concurrency,
                     prompt_tokens=5000,
@@ -692,7 +751,7 @@ def _public_figures() -> tuple[Figure, ...]:
                     note="concurrency > 1: queueing and prefills interleaved with the decode steps",
                 )
             )
-    return tuple(figures)
+    return figures
 
 
 PUBLIC_FIGURES: tuple[Figure, ...] = _public_figures()

@@ -252,17 +252,14 @@ def _run_grid(
     show_progress: bool,
     description: str | None,
 ) -> RunResult:
+    """`run_grid` inside its run lock: resume, run the points not done, check and save the set."""
     store = ProfileStore([out], writable=out)
     validate = getattr(engine, "validate_grid", None)
     if callable(validate):
         validate(grid)
     partial = partial_path(out, name)
-    if restart:
-        partial.unlink(missing_ok=True)
-    done: dict[Point, ProfileRow | None] = load_partial(partial, grid, engine) if partial.exists() else {}
+    done = _resume(partial, grid, engine, restart)
     resumed = len(done)
-    if not partial.exists():
-        _replace_text(partial, json.dumps(_header(grid, engine)) + "\n")
 
     points = grid.points()
     estimator = engine if isinstance(engine, RowEstimator) else None
@@ -271,29 +268,14 @@ def _run_grid(
     with partial.open("a") as handle, _progress(len(points), resumed, show_progress, label) as advance:
         try:
             for point in todo:
-                if estimator is not None:
-                    row = estimator.estimate_point(*point, grid.output_tokens)
-                    reason = None if row is not None else "no row: does not fit in device memory"
-                else:
-                    row, reason = measure_point(engine, grid, point), None
+                row, reason = _point_row(engine, estimator, grid, point)
                 _append(handle, point, row, reason)
                 done[point] = row
                 advance()
         except KeyboardInterrupt as interrupt:
             raise RunInterrupted(len(done), len(points), partial) from interrupt
 
-    rows = [done[p] for p in points if done.get(p) is not None]
-    if not rows:
-        example = _point_label(points[0], grid.device)
-        msg = f"no grid point produced a row ({len(points)} point(s), e.g. {example})"
-        raise ProfileMissing(msg, field="profiles")
-    frame = pd.DataFrame(msgspec.to_builtins(rows))
-    missing = missing_grid_points(frame, grid.device, points)
-    warnings = monotone_warnings(frame)
-    if missing:
-        shown = ", ".join(_point_label(p, grid.device) for p in missing[:10])
-        more = f" and {len(missing) - 10} more" if len(missing) > 10 else ""
-        warnings.append(f"{len(missing)} grid point(s) have no row (not filled): {shown}{more}")
+    frame, missing, warnings = _grid_frame(done, points, grid.device)
     manifest = _manifest(engine, grid, name, description)
     checks = () if estimator is not None else (check_no_nan,)  # a measured row has all six percentiles
     saved = store.save(name, frame, manifest, checks=checks)
@@ -307,6 +289,51 @@ def _run_grid(
         resumed=resumed,
         missing=missing,
     )
+
+
+def _resume(
+    partial: Path, grid: ProfileGrid, engine: Engine, restart: bool
+) -> dict[Point, ProfileRow | None]:
+    """The finished points of the partial file (none after `restart`, which deletes it); a new file gets
+    its header line."""
+    if restart:
+        partial.unlink(missing_ok=True)
+    done: dict[Point, ProfileRow | None] = load_partial(partial, grid, engine) if partial.exists() else {}
+    if not partial.exists():
+        _replace_text(partial, json.dumps(_header(grid, engine)) + "\n")
+    return done
+
+
+def _point_row(
+    engine: Engine, estimator: RowEstimator | None, grid: ProfileGrid, point: Point
+) -> tuple[ProfileRow | None, str | None]:
+    """The point's row, estimated (None where the model does not fit, with that reason) or measured."""
+    if estimator is not None:
+        row = estimator.estimate_point(*point, grid.output_tokens)
+        reason = None if row is not None else "no row: does not fit in device memory"
+    else:
+        row, reason = measure_point(engine, grid, point), None
+    return row, reason
+
+
+def _grid_frame(
+    done: dict[Point, ProfileRow | None], points: list[Point], device: str
+) -> tuple[pd.DataFrame, list[Point], list[str]]:
+    """The rows in grid order as a frame, the points without a row, and the warnings (monotonicity, then
+    the missing points); ProfileMissing when no point produced a row."""
+    rows = [done[p] for p in points if done.get(p) is not None]
+    if not rows:
+        example = _point_label(points[0], device)
+        msg = f"no grid point produced a row ({len(points)} point(s), e.g. {example})"
+        raise ProfileMissing(msg, field="profiles")
+    frame = pd.DataFrame(msgspec.to_builtins(rows))
+    missing = missing_grid_points(frame, device, points)
+    warnings = monotone_warnings(frame)
+    if missing:
+        shown = ", ".join(_point_label(p, device) for p in missing[:10])
+        more = f" and {len(missing) - 10} more" if len(missing) > 10 else ""
+        warnings.append(f"{len(missing)} grid point(s) have no row (not filled): {shown}{more}")
+    return frame, missing, warnings
 
 
 def _manifest(engine: Engine, grid: ProfileGrid, name: str, description: str | None) -> ProfileSetManifest:

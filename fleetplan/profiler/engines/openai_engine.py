@@ -184,55 +184,13 @@ class OpenAIEngine:
         return list(await asyncio.gather(*(self._one(model, p, output_tokens) for p in prompts)))
 
     async def _one(self, model: str, prompt: Any, output_tokens: int) -> RequestTiming:
-        body: dict[str, Any] = {
-            "model": model,
-            "prompt": prompt,
-            "max_tokens": output_tokens,
-            "min_tokens": output_tokens,
-            "ignore_eos": True,
-            "temperature": 0,
-            "stream": True,
-        }
-        if self.usage_stats:
-            body["stream_options"] = {"include_usage": True, "continuous_usage_stats": True}
-        arrivals: list[tuple[float, int]] = []  # (time, tokens this chunk carried)
-        counted = 0  # tokens accounted so far
-        reported: int | None = None  # last cumulative usage.completion_tokens seen
-        guessed = 0  # tokens counted one per text chunk, for want of usage in the chunk
+        """Stream one completion and time its tokens; EndpointError for whatever keeps that from working."""
+        body = self._body(model, prompt, output_tokens)
+        tokens = _TokenCount(self.url)
         try:
             start = time.perf_counter()
             async with self._http().stream("POST", self.url, json=body) as response:
-                if response.status_code >= 400:
-                    detail = (await response.aread()).decode("utf-8", "replace")[:500]
-                    msg = f"{self.url} answered HTTP {response.status_code}: {detail}"
-                    raise EndpointError(msg, field="endpoint")
-                done = False
-                async for line in response.aiter_lines():
-                    now = time.perf_counter()
-                    if done or not line.startswith("data:"):
-                        continue  # blank separators, comments, `event:` lines; after [DONE], drain the body
-                    data = line[len("data:") :].strip()
-                    if data == "[DONE]":
-                        done = True  # read on to the end so the connection can be kept alive
-                        continue
-                    chunk = json.loads(data)
-                    if "error" in chunk:
-                        raise EndpointError(
-                            f"{self.url} streamed an error: {chunk['error']}", field="endpoint"
-                        )
-                    usage = chunk.get("usage") or {}
-                    text = "".join(str(c.get("text") or "") for c in chunk.get("choices") or [])
-                    if isinstance(usage.get("completion_tokens"), int):
-                        reported = usage["completion_tokens"]
-                        tokens = max(0, reported - counted)
-                        if guessed and tokens > max(HIDDEN_TOLERATED, reported // 20):
-                            raise EndpointError(_hidden_tokens(self.url, guessed, reported), field="endpoint")
-                    else:
-                        tokens = 1 if text else 0
-                        guessed += tokens
-                    if tokens:
-                        arrivals.append((now, tokens))
-                        counted += tokens
+                await self._read_stream(response, tokens)
         except httpx.ConnectError as error:
             raise EndpointError(f"cannot connect to {self.url}: {error}", field="endpoint") from error
         except httpx.TimeoutException as error:
@@ -244,15 +202,82 @@ class OpenAIEngine:
             raise EndpointError(
                 f"{self.url} streamed an event that is not JSON: {error}", field="endpoint"
             ) from error
-        if counted != output_tokens:
+        tokens.check(output_tokens)
+        return _timing(start, tokens.arrivals)
+
+    def _body(self, model: str, prompt: Any, output_tokens: int) -> dict[str, Any]:
+        """The completion request: streamed, exactly `output_tokens` tokens, usage in every chunk if asked."""
+        body: dict[str, Any] = {
+            "model": model,
+            "prompt": prompt,
+            "max_tokens": output_tokens,
+            "min_tokens": output_tokens,
+            "ignore_eos": True,
+            "temperature": 0,
+            "stream": True,
+        }
+        if self.usage_stats:
+            body["stream_options"] = {"include_usage": True, "continuous_usage_stats": True}
+        return body
+
+    async def _read_stream(self, response: httpx.Response, tokens: "_TokenCount") -> None:
+        """Count the tokens of each `data:` event as it arrives, up to [DONE], then drain the body; an
+        EndpointError for an HTTP error status."""
+        if response.status_code >= 400:
+            detail = (await response.aread()).decode("utf-8", "replace")[:500]
+            msg = f"{self.url} answered HTTP {response.status_code}: {detail}"
+            raise EndpointError(msg, field="endpoint")
+        done = False
+        async for line in response.aiter_lines():
+            now = time.perf_counter()
+            if done or not line.startswith("data:"):
+                continue  # blank separators, comments, `event:` lines; after [DONE], drain the body
+            data = line[len("data:") :].strip()
+            if data == "[DONE]":
+                done = True  # read on to the end so the connection can be kept alive
+                continue
+            tokens.add(json.loads(data), now)
+
+
+class _TokenCount:
+    """The tokens one stream carried, chunk by chunk: (arrival time, tokens) per chunk that carried any."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.arrivals: list[tuple[float, int]] = []  # (time, tokens this chunk carried)
+        self.counted = 0  # tokens accounted so far
+        self.reported: int | None = None  # last cumulative usage.completion_tokens seen
+        self.guessed = 0  # tokens counted one per text chunk, for want of usage in the chunk
+
+    def add(self, chunk: Any, now: float) -> None:
+        """Account one streamed chunk, arrived at `now`: by its usage if it reports one, else one token per
+        chunk with text; EndpointError for a streamed error or tokens hidden in earlier chunks."""
+        if "error" in chunk:
+            raise EndpointError(f"{self.url} streamed an error: {chunk['error']}", field="endpoint")
+        usage = chunk.get("usage") or {}
+        text = "".join(str(c.get("text") or "") for c in chunk.get("choices") or [])
+        if isinstance(usage.get("completion_tokens"), int):
+            self.reported = usage["completion_tokens"]
+            tokens = max(0, self.reported - self.counted)
+            if self.guessed and tokens > max(HIDDEN_TOLERATED, self.reported // 20):
+                raise EndpointError(_hidden_tokens(self.url, self.guessed, self.reported), field="endpoint")
+        else:
+            tokens = 1 if text else 0
+            self.guessed += tokens
+        if tokens:
+            self.arrivals.append((now, tokens))
+            self.counted += tokens
+
+    def check(self, output_tokens: int) -> None:
+        """EndpointError unless the stream carried exactly `output_tokens` tokens."""
+        if self.counted != output_tokens:
             msg = (
-                f"{self.url} streamed {counted} tokens (usage said {reported}), "
+                f"{self.url} streamed {self.counted} tokens (usage said {self.reported}), "
                 f"expected exactly {output_tokens}: "
                 "the server must honour max_tokens/min_tokens/ignore_eos and stream one token per chunk or "
                 "report usage in every chunk"
             )
             raise EndpointError(msg, field="endpoint")
-        return _timing(start, arrivals)
 
 
 # tokens a stream without per-chunk usage may merge into other chunks before its batch fails (or 5% of
