@@ -5,6 +5,7 @@ import pandas as pd
 import pytest
 
 from fleetplan.models.profile import LATENCY_COLUMNS, PERCENTILES
+from fleetplan.profiler.latency import Z90, quantile_grid_ms, quantile_ms, quantile_params_array
 from fleetplan.profiler.tables import from_frame, latency_at_prompt
 from fleetplan.simulator.curves import CurveBook
 from fleetplan.solver.candidates import interpolate_latency
@@ -94,3 +95,18 @@ def test_simulator_curve_uses_the_percentiles_left():
     without = CurveBook(_table({(b, p, "ttft_ms_p90"): np.nan for b in (1, 4) for p in PROMPTS}))
     assert holed == without.curve("m", "d", 1, 750, "ttft", 4)
     assert holed != CurveBook(_table()).curve("m", "d", 1, 750, "ttft", 4)
+
+
+def test_quantile_grid_equals_quantile_ms_on_every_grid():
+    """The capacity model's service grids (`quantile_grid_ms`: each point computed on its side of Z90 only)
+    are the very values `quantile_ms` gives, bit for bit, with missing percentiles and grids past Z_CLIP."""
+    rng = np.random.default_rng(3)
+    p50 = rng.uniform(5.0, 500.0, 300)
+    p90 = p50 * rng.uniform(1.0, 3.0, 300)
+    p99 = p90 * rng.uniform(1.0, 3.0, 300)
+    p90[::7], p99[::5] = np.nan, np.nan
+    params = quantile_params_array(p50, p90, p99)
+    grids = (np.arange(-5.0, 5.0 + 1e-9, 0.125), np.arange(-6.0, 6.5, 1.0), np.array([Z90]), np.array([-1.0]))
+    for z in grids:
+        expected = quantile_ms(params[:, None, :], z[None, :])
+        assert np.array_equal(quantile_grid_ms(params, z), expected)

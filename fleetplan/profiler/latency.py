@@ -69,3 +69,19 @@ def quantile_ms(params: np.ndarray, z: np.ndarray) -> np.ndarray:
     l50, s_lo, l90, s_hi = (params[..., i] for i in range(4))
     log_s = np.where(z <= Z90, l50 + s_lo * z, l90 + s_hi * (z - Z90))
     return 1e3 * np.exp(log_s)
+
+
+def quantile_grid_ms(params: np.ndarray, z: np.ndarray) -> np.ndarray:
+    """`quantile_ms` of every row of params (n, 4) at every point of one ascending grid z (G,): (n, G),
+    the same values, each point computed on its own side of Z90 only (the capacity model's service grids,
+    the hot path of candidate building)."""
+    params = np.asarray(params, float)
+    z = np.clip(np.asarray(z, float), -Z_CLIP, Z_CLIP)
+    split = int(np.searchsorted(z, Z90, side="right"))  # z[:split] <= Z90 < z[split:]
+    out = np.empty((params.shape[0], len(z)))
+    l50, s_lo, l90, s_hi = (params[:, i, None] for i in range(4))
+    np.add(l50, s_lo * z[None, :split], out=out[:, :split])
+    np.add(l90, s_hi * (z[None, split:] - Z90), out=out[:, split:])
+    np.exp(out, out=out)
+    out *= 1e3
+    return out

@@ -44,7 +44,7 @@ from typing import NamedTuple
 import numpy as np
 from scipy.special import ndtr
 
-from fleetplan.profiler.latency import quantile_ms, quantile_params_array
+from fleetplan.profiler.latency import quantile_grid_ms, quantile_params_array
 from fleetplan.solver import bulk
 from fleetplan.solver.scatter import window_dispersion, window_margin
 
@@ -125,7 +125,7 @@ def service_grid(percentiles: np.ndarray, z: np.ndarray = _Z) -> np.ndarray:
     p50/p90/p99 (missing p50: the others)."""
     p50, p90, p99 = percentiles[:, 0], percentiles[:, 1], percentiles[:, 2]
     p50 = np.where(np.isfinite(p50), p50, np.where(np.isfinite(p90), p90, p99))
-    return quantile_ms(quantile_params_array(p50, p90, p99)[:, None, :], z[None, :])
+    return quantile_grid_ms(quantile_params_array(p50, p90, p99), z)
 
 
 def moments(grid: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
