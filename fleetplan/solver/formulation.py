@@ -974,24 +974,7 @@ def build_matrix(cand: Candidates, strengthen: bool = True) -> tuple[MatrixForm,
     columns are a prefix.
     """
     objective = cand.request.options.objective
-    churn_keys = pool_keys(cand) if cand.churn is not None else None
-    n_churn = 0 if churn_keys is None else int(churn_keys.max(initial=-1)) + 1
-    has_phi = objective == "max_min_fraction"
-    n_used = len(cand.devices)  # u[k] on every model (budget_row)
-    shape = shape_numbers(cand) if strengthen else np.full(len(cand.pools), -1)
-    budgeted = strengthen  # the owner switches, with the budget rows on every model (budget_row)
-    switch = owner_numbers(cand) if budgeted else np.zeros(0, np.int64)
-    cols = Columns(
-        len(cand.pools),
-        len(cand.uses),
-        chain_columns(cand),
-        has_phi,
-        n_churn,
-        purchasable(cand),
-        n_used,
-        shape,
-        switch,
-    )
+    cols = model_columns(cand, strengthen)
     blocks = [
         define_capacity(cand, cols, strengthen),
         define_kv_flow(cand, cols),
@@ -1007,29 +990,55 @@ def build_matrix(cand: Candidates, strengthen: bool = True) -> tuple[MatrixForm,
     ]
     if strengthen:  # valid inequalities (docs/formulation.md, "Strengthening"): they cut fractional x only
         blocks += [define_linking(cand, cols), define_device_cuts(cand, cols), define_switches(cand, cols)]
+    lo, hi, integer = column_bounds(cand, cols, strengthen)
+    if cand.churn is not None:
+        hi = churn_bounds(cand, cols, hi)
+    A, row_lo, row_hi, row_blocks = stack_blocks(blocks, cols.size)
+    form = MatrixForm(
+        A=A,
+        row_lo=row_lo,
+        row_hi=row_hi,
+        col_lo=lo,
+        col_hi=hi,
+        integer=integer,
+        row_blocks=row_blocks,
+        objectives=objective_vectors(cand, cols),
+    )
+    return form, cols
+
+
+def model_columns(cand: Candidates, strengthen: bool = True) -> Columns:
+    """The column layout of build_matrix's model: the pools, the uses and the optional blocks the request
+    asks for (phi, churn moves, purchases), u[k] on every model (budget_row), and on the strengthened
+    model the shape columns n[s] and the owner switches z[o] (with the budget rows on every model)."""
+    churn_keys = pool_keys(cand) if cand.churn is not None else None
+    return Columns(
+        len(cand.pools),
+        len(cand.uses),
+        chain_columns(cand),
+        cand.request.options.objective == "max_min_fraction",
+        0 if churn_keys is None else int(churn_keys.max(initial=-1)) + 1,
+        purchasable(cand),
+        len(cand.devices),
+        shape_numbers(cand) if strengthen else np.full(len(cand.pools), -1),
+        owner_numbers(cand) if strengthen else np.zeros(0, np.int64),
+    )
+
+
+def stack_blocks(
+    blocks: list[Block], n_cols: int
+) -> tuple[sp.csr_matrix, np.ndarray, np.ndarray, list[tuple[str, int, int]]]:
+    """The constraint families one under the other: the CSR matrix (duplicates summed, zeros dropped), the
+    row bounds and each family's (name, first row, end row)."""
     offsets = np.cumsum([0] + [b.n_rows for b in blocks])
     rows = np.concatenate([b.rows + off for b, off in zip(blocks, offsets, strict=False)])
     columns = np.concatenate([b.cols for b in blocks])
     vals = np.concatenate([b.vals for b in blocks])
-    A = sp.csr_matrix((vals, (rows, columns)), shape=(int(offsets[-1]), cols.size))
+    A = sp.csr_matrix((vals, (rows, columns)), shape=(int(offsets[-1]), n_cols))
     A.sum_duplicates()
     A.eliminate_zeros()
-    lo, hi, integer = column_bounds(cand, cols, strengthen)
-    if cand.churn is not None:
-        hi = churn_bounds(cand, cols, hi)
-    return (
-        MatrixForm(
-            A=A,
-            row_lo=np.concatenate([b.lo for b in blocks]),
-            row_hi=np.concatenate([b.hi for b in blocks]),
-            col_lo=lo,
-            col_hi=hi,
-            integer=integer,
-            row_blocks=[(b.name, int(s), int(s + b.n_rows)) for b, s in zip(blocks, offsets, strict=False)],
-            objectives=objective_vectors(cand, cols),
-        ),
-        cols,
-    )
+    row_blocks = [(b.name, int(s), int(s + b.n_rows)) for b, s in zip(blocks, offsets, strict=False)]
+    return A, np.concatenate([b.lo for b in blocks]), np.concatenate([b.hi for b in blocks]), row_blocks
 
 
 def with_matrix_memo(cand: Candidates) -> Candidates:

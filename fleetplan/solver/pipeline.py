@@ -17,7 +17,7 @@ from fleetplan.profiler.store import ProfileStore
 from fleetplan.profiler.tables import ProfileTable, from_rows
 from fleetplan.solver import baselines, explain, extract
 from fleetplan.solver.backends import Termination, relative_gap
-from fleetplan.solver.candidates import build_candidates, check_profiles_cover
+from fleetplan.solver.candidates import Candidates, build_candidates, check_profiles_cover
 from fleetplan.solver.deadline import Deadline, seconds_left
 from fleetplan.solver.formulation import Churn, pool_cost, pool_keys, previous_by_key
 from fleetplan.solver.memo import per_table
@@ -91,14 +91,7 @@ def plan(
     the whole call, not only the solve, keeps to the caller's wall-clock budget.
     """
     began = time.perf_counter()
-    table = resolve_profiles(request, store)
-    check_cover(request, table)
-    _check(deadline, "the profile lookup")
-    cand = build_candidates(request, table)
-    if churn is not None:
-        cand = dataclasses.replace(cand, churn=churn)
-    _check(deadline, "candidate generation")
-    objective = request.options.objective
+    table, cand = _candidates(request, store, churn, deadline)
     outcome, status = _solve(_within(request, deadline), cand, deadline)
     if outcome is not None:
         # the candidates (and request) the outcome solved: a min_cost request the fleet cannot serve is
@@ -106,39 +99,62 @@ def plan(
         cand = outcome.candidates
         cand, outcome = settle(cand.request, cand, outcome, deadline)
     _check(deadline, "the solve")
-    values = outcome.values if outcome else None
+    result = _assemble(request, table, cand, outcome, status)
+    if with_baselines:
+        remaining = seconds_left(request.options.time_limit_s, began, deadline)
+        base = Baselines(gpu_only=baselines.gpu_only(cand, remaining), greedy=baselines.greedy(cand))
+        result = msgspec.structs.replace(result, baselines=base)
+    verify(request, result, table)
+    _check(deadline, "verification")
+    if request.verify == "simulate" and status in ("optimal", "feasible"):
+        from fleetplan.simulator import simulate
 
+        result = msgspec.structs.replace(result, simulation=simulate(request, result, table))
+    return result
+
+
+def _candidates(
+    request: PlanRequest, store: ProfileStore | None, churn: Churn | None, deadline: Deadline | None
+) -> tuple[ProfileTable, Candidates]:
+    """The request's profile table (its cover checked) and its candidate tables."""
+    table = resolve_profiles(request, store)
+    check_cover(request, table)
+    _check(deadline, "the profile lookup")
+    cand = build_candidates(request, table)
+    if churn is not None:
+        cand = dataclasses.replace(cand, churn=churn)
+    _check(deadline, "candidate generation")
+    return table, cand
+
+
+def _assemble(
+    request: PlanRequest, table: ProfileTable, cand: Candidates, outcome: Outcome | None, status: str
+) -> Plan:
+    """The Plan of a settled outcome (None: nothing to serve with), its baselines not yet added."""
+    values = outcome.values if outcome else None
     solution = _solution(cand, outcome, values)
     groups = extract.pool_groups(cand, solution)
     routes = extract.routes_out(cand, solution, groups) if outcome else {w: [] for w in cand.classes.index}
-    pools = extract.pools_out(cand, solution, groups)
     devices = extract.devices_out(cand, solution)
     links = extract.links_out(cand, routes)
     cost = float(sum(d.cost_per_hour * u.used for d, u in zip(request.devices, devices, strict=True)))
     results = _workload_results(cand, routes, devices, links, cost, solution)
-    served = sum(r.served_rps for r in results)
-
-    base = None
-    if with_baselines:
-        remaining = seconds_left(request.options.time_limit_s, began, deadline)
-        base = Baselines(gpu_only=baselines.gpu_only(cand, remaining), greedy=baselines.greedy(cand))
-    info = _solver_info(request, outcome)
     bound, gap = _bound_and_gap(outcome, request)
     unit, objective_value, objective_bound = _objective(outcome, request, results)
-    result = Plan(
+    return Plan(
         status=status,  # type: ignore[arg-type]
-        objective=objective,
-        slo_rps=round(served, 9),
+        objective=request.options.objective,
+        slo_rps=round(sum(r.served_rps for r in results), 9),
         demand_rps=float(cand.classes["rate_rps"].sum()),
         bound_rps=bound,
         mip_gap=gap,
         cost_per_hour=round(cost, 9),
         workloads=results,
-        pools=pools,
+        pools=extract.pools_out(cand, solution, groups),
         devices=devices,
         links=links,
-        baselines=base,
-        solver=info,
+        baselines=None,
+        solver=_solver_info(request, outcome),
         profile_set=ProfileSetInfo(name=table.name, sha256=table.sha256),
         warnings=[
             *fleet_warnings(request, table),
@@ -150,13 +166,6 @@ def plan(
         objective_value=objective_value,
         objective_bound=objective_bound,
     )
-    verify(request, result, table)
-    _check(deadline, "verification")
-    if request.verify == "simulate" and status in ("optimal", "feasible"):
-        from fleetplan.simulator import simulate
-
-        result = msgspec.structs.replace(result, simulation=simulate(request, result, table))
-    return result
 
 
 def _check(deadline: Deadline | None, stage: str) -> None:
