@@ -1,9 +1,11 @@
-"""bench/route_tails.py (a plan split into one class per route, misses counted route by route) and
-bench/load_slack.py (where a plan breaks as its arrivals grow)."""
+"""bench/route_tails.py (a plan split into one class per route, misses counted route by route),
+bench/load_slack.py (where a plan breaks as its arrivals grow) and bench/uniform_seeds.py (the uniform
+plans on more seeds)."""
 
 import pytest
 
 from bench.route_tails import misses, per_class, split
+from bench.uniform_seeds import at_rho, first_break, render
 from fleetplan import fixtures
 from fleetplan.models.codec import read_request
 from fleetplan.solver import plan
@@ -65,3 +67,29 @@ def test_load_slack_finds_where_a_plan_breaks(paper):
     total = summary([row])
     assert total["held"] == {"1.0": 1}
     assert total["broken_tbt"] == row["broken_tbt"]
+
+
+def test_uniform_seeds_finds_the_break_of_an_overloaded_uniform_plan_and_summarises(paper):
+    """bench/uniform_seeds.py: paper.json's flat plan at rho 0.95 (the fidelity bench found it unsafe on seed
+    0) breaks a served class on seed 0; the summary counts a request as at least its uniform plan only when
+    it is, on the seeds that chose it and on all of them, and the ratios divide the default's objective."""
+    request, _ = paper
+    hot = at_rho(request, 0.95)
+    assert (hot.options.capacity_model, hot.options.max_utilization) == ("flat", 0.95)
+    broke = first_break(hot, plan(hot, with_baselines=False), [0])
+    assert broke is not None
+    assert broke[0] == 0
+    assert broke[1] in {w.name for w in request.workloads}
+    rows = [
+        {"request": "a", "rho": 0.5, "uniform": 10.0, "breaks": None, "safe_rho": 0.5, "safe_uniform": 10.0,
+         "default": 11.0},
+        {"request": "b", "rho": 0.6, "uniform": 10.0, "breaks": {"seed": 11, "class": "c"}, "safe_rho": 0.5,
+         "safe_uniform": 8.0, "default": 9.0},
+    ]  # fmt: skip
+    text, summary = render(rows, list(range(3, 15)))
+    assert summary["uniform_breaks_beyond_0_2"] == ["b"]
+    assert summary["default_at_least_uniform"] == 1
+    assert summary["default_at_least_uniform_all_seeds"] == 2
+    assert summary["geomean_default_over_uniform"] == pytest.approx((1.1 * 0.9) ** 0.5)
+    assert summary["geomean_default_over_uniform_all_seeds"] == pytest.approx((1.1 * 9 / 8) ** 0.5)
+    assert "seed 11: c" in text
