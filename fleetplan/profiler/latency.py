@@ -67,7 +67,7 @@ def quantile_ms(params: np.ndarray, z: np.ndarray) -> np.ndarray:
     params = np.asarray(params, float)
     z = np.clip(np.asarray(z, float), -Z_CLIP, Z_CLIP)
     l50, s_lo, l90, s_hi = (params[..., i] for i in range(4))
-    log_s = np.where(z <= Z90, l50 + s_lo * z, l90 + s_hi * (z - Z90))
+    log_s = np.where(z <= Z90, _log_below(l50, s_lo, z), _log_above(l90, s_hi, z))
     return 1e3 * np.exp(log_s)
 
 
@@ -80,8 +80,18 @@ def quantile_grid_ms(params: np.ndarray, z: np.ndarray) -> np.ndarray:
     split = int(np.searchsorted(z, Z90, side="right"))  # z[:split] <= Z90 < z[split:]
     out = np.empty((params.shape[0], len(z)))
     l50, s_lo, l90, s_hi = (params[:, i, None] for i in range(4))
-    np.add(l50, s_lo * z[None, :split], out=out[:, :split])
-    np.add(l90, s_hi * (z[None, split:] - Z90), out=out[:, split:])
+    out[:, :split] = _log_below(l50, s_lo, z[None, :split])
+    out[:, split:] = _log_above(l90, s_hi, z[None, split:])
     np.exp(out, out=out)
     out *= 1e3
     return out
+
+
+def _log_below(l50, s_lo, z):
+    """log latency (log-seconds) at z <= Z90: the lognormal through p50 and p90."""
+    return l50 + s_lo * z
+
+
+def _log_above(l90, s_hi, z):
+    """log latency (log-seconds) at z > Z90: the p90 -> p99 slope continued."""
+    return l90 + s_hi * (z - Z90)
