@@ -12,6 +12,11 @@ for _path in (_TESTS.parent, _TESTS):
         sys.path.insert(0, str(_path))
 
 
+# No test reads or writes the user's candidate cache (~/.cache/fleetplan/candidates, which the `fleetplan`
+# command turns on): the suite's cold builds stay cold, and tests of the disk cache name their own directory.
+os.environ["FLEETPLAN_CANDIDATE_CACHE"] = "off"
+
+
 @pytest.fixture(autouse=True, scope="session")
 def _own_database(tmp_path_factory: pytest.TempPathFactory):
     """No test touches the user's own store (~/.local/share/fleetplan/fleetplan.db, the default): every

@@ -88,6 +88,12 @@ def _request_path(_ctx: click.Context, _param: click.Parameter, value: str | Non
 @click.version_option(package_name="fleetplan", prog_name="fleetplan")
 def main() -> None:
     """Placement planner for LLM serving fleets (prefill/decode device pairing as a MILP)."""
+    import os
+
+    # candidate tables kept on disk for every later command and the server's workers (they inherit the
+    # environment): the user's cache directory unless the variable says otherwise
+    # (fleetplan/solver/table_cache.py; named here, not imported: --help stays free of the solver)
+    os.environ.setdefault("FLEETPLAN_CANDIDATE_CACHE", "default")
 
 
 @main.command("plan")
@@ -180,6 +186,26 @@ def serve_command(
     except SettingsError as error:
         raise click.UsageError(str(error)) from error
     serve(create_app(settings=settings), settings)
+
+
+@main.command("cache")
+@click.option("--clear", is_flag=True, help="Remove every kept table set.")
+def cache_command(clear: bool) -> None:
+    """Where the candidate tables are kept on disk (FLEETPLAN_CANDIDATE_CACHE; `off` turns it off), how
+    many and how large; with --clear, remove them. Later plans of a fleet, in any process of this user,
+    read its tables from there instead of building them again."""
+    from fleetplan.solver import table_cache
+
+    folder = table_cache.directory()
+    if folder is None:
+        click.echo("candidate cache: off (FLEETPLAN_CANDIDATE_CACHE)")
+        return
+    if clear:
+        click.echo(f"removed {table_cache.clear(folder)} table sets from {folder}")
+        return
+    files = table_cache.kept(folder)
+    size = sum(path.stat().st_size for path in files)
+    click.echo(f"candidate cache: {folder}\n{len(files)} table sets, {size / 2**20:.1f} MiB")
 
 
 @main.command("profiles")

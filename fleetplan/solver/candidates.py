@@ -23,7 +23,7 @@ from fleetplan.models.errors import ProfileMissing
 from fleetplan.models.plan import PlanRequest
 from fleetplan.models.profile import PERCENTILES
 from fleetplan.profiler.tables import ProfileTable, latency_at_prompt
-from fleetplan.solver import capacity
+from fleetplan.solver import capacity, table_cache
 from fleetplan.solver.headroom import (
     CurveBook,
     curve_book,
@@ -340,14 +340,19 @@ def build_candidates(request: PlanRequest, table: ProfileTable) -> Candidates:
 
     The tables of the last CACHE_SIZE (profile set, fleet, classes, options) are kept: a request that
     differs from one of them only in demand, weights, budget, objective or solver options reuses them (the
-    capacity model is most of the time of a plan) with its own `classes` demand and `request`."""
+    capacity model is most of the time of a plan) with its own `classes` demand and `request`. A process
+    that has not built them reads them from the disk cache when one is configured (`table_cache`)."""
     key = candidates_key(request, table)
     with _cache_lock:
         hit = _cache.get(key)
         if hit is not None:
             _cache.move_to_end(key)
     if hit is None:
-        hit = _build_candidates(request, table)
+        hit = table_cache.load(key)
+        if hit is None:
+            hit = _build_candidates(request, table)
+            # kept on disk without the request (each hit takes its own) or derived arrays (rebuilt on use)
+            table_cache.save(key, dataclasses.replace(hit, request=None, memo={}))
         with _cache_lock:
             _cache[key] = hit
             while len(_cache) > CACHE_SIZE:

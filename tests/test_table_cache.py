@@ -1,0 +1,206 @@
+"""The candidate tables kept on disk (fleetplan/solver/table_cache.py): a process that has not built a fleet's
+tables reads them from the directory FLEETPLAN_CANDIDATE_CACHE names, equal to a fresh build, and plans the
+same; other code, a damaged file or a directory others may write is never read; the `fleetplan` command turns
+the cache on at the user's cache directory."""
+
+import logging
+import os
+import pickle
+
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+
+from fleetplan import fixtures
+from fleetplan.api.cli import main
+from fleetplan.models.codec import read_request
+from fleetplan.solver import candidates, plan, table_cache
+from fleetplan.solver.pipeline import resolve_profiles
+
+FRAMES = ("classes", "latency", "pools", "uses", "devices")
+
+
+@pytest.fixture
+def paper():
+    request = read_request(fixtures.request_path("paper"))
+    return request, resolve_profiles(request)
+
+
+@pytest.fixture
+def folder(tmp_path, monkeypatch):
+    where = tmp_path / "candidates"
+    monkeypatch.setenv(table_cache.ENV, str(where))
+    candidates.clear_candidates_cache()
+    yield where
+    candidates.clear_candidates_cache()
+
+
+def _no_builds(monkeypatch):
+    """From here on, a build fails the test: what build_candidates returns came from a cache."""
+
+    def refuse(*_args):
+        raise AssertionError("the tables were built, not read from the disk cache")
+
+    monkeypatch.setattr(candidates, "_build_candidates", refuse)
+
+
+def _kept(where):
+    return sorted(where.glob("*.pkl"))
+
+
+def test_a_new_process_reads_the_tables_another_built(paper, folder, monkeypatch):
+    request, table = paper
+    built = candidates.build_candidates(request, table)
+    (path,) = _kept(folder)
+    assert folder.stat().st_mode & 0o777 == 0o700
+    assert path.stat().st_mode & 0o077 == 0  # the user's alone, like the directory
+    candidates.clear_candidates_cache()  # what a new process has in memory: nothing
+    _no_builds(monkeypatch)
+    read = candidates.build_candidates(request, table)
+    for name in FRAMES:
+        pd.testing.assert_frame_equal(getattr(read, name), getattr(built, name))
+    assert read.request is request
+    assert read.memo == {}  # derived arrays are rebuilt on use, never read back
+
+
+def test_a_plan_from_the_disk_cache_is_the_plan_from_a_fresh_build(paper, folder, monkeypatch):
+    request, _ = paper
+    fresh = plan(request, with_baselines=False)
+    assert len(_kept(folder)) == 1
+    candidates.clear_candidates_cache()
+    _no_builds(monkeypatch)
+    again = plan(request, with_baselines=False)
+    assert again.slo_rps == pytest.approx(fresh.slo_rps, rel=1e-9)
+    assert again.cost_per_hour == pytest.approx(fresh.cost_per_hour, rel=1e-9)
+    assert [(p.role, p.device, p.tp, p.batch, p.instances) for p in again.pools] == [
+        (p.role, p.device, p.tp, p.batch, p.instances) for p in fresh.pools
+    ]
+
+
+def test_other_code_never_reads_the_tables(paper, folder, monkeypatch):
+    request, table = paper
+    candidates.build_candidates(request, table)
+    (old,) = _kept(folder)
+    monkeypatch.setattr(table_cache, "code_fingerprint", lambda: "another version of fleetplan")
+    candidates.clear_candidates_cache()
+    assert table_cache.load(candidates.candidates_key(request, table)) is None  # another file name
+    # a file under the right name whose fingerprint is another's (a hash collision, or an edited file)
+    key = candidates.candidates_key(request, table)
+    path = table_cache._path(folder, key)
+    path.write_bytes(pickle.dumps(("yet another", key, "not tables")))
+    path.chmod(0o600)
+    assert table_cache.load(key) is None
+    assert not path.exists()  # removed
+    assert old.exists()  # the other version's file stays until it is pruned
+
+
+def test_a_damaged_file_is_a_miss_and_the_plan_goes_on(paper, folder, caplog):
+    request, table = paper
+    candidates.build_candidates(request, table)
+    (path,) = _kept(folder)
+    path.write_bytes(path.read_bytes()[:100])  # truncated
+    candidates.clear_candidates_cache()
+    with caplog.at_level(logging.INFO, logger="fleetplan.solver"):
+        rebuilt = candidates.build_candidates(request, table)
+    assert len(rebuilt.pools) > 0
+    assert "unreadable" in caplog.text
+    (again,) = _kept(folder)  # the rebuilt tables replaced it
+    candidates.clear_candidates_cache()
+    assert table_cache.load(candidates.candidates_key(request, table)) is not None
+    assert again == path
+
+
+def test_a_directory_others_may_write_is_not_used(paper, folder, caplog):
+    request, table = paper
+    folder.mkdir(mode=0o700)
+    folder.chmod(0o777)
+    with caplog.at_level(logging.WARNING, logger="fleetplan.solver"):
+        built = candidates.build_candidates(request, table)
+    assert len(built.pools) > 0  # planned without it
+    assert _kept(folder) == []
+    assert "writable by group or others" in caplog.text
+    table_cache._warned.clear()
+
+
+def test_a_directory_that_cannot_be_made_is_a_warning_not_a_failure(paper, tmp_path, monkeypatch, caplog):
+    request, table = paper
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    monkeypatch.setenv(table_cache.ENV, str(blocker / "candidates"))
+    candidates.clear_candidates_cache()
+    with caplog.at_level(logging.WARNING, logger="fleetplan.solver"):
+        built = candidates.build_candidates(request, table)
+    assert len(built.pools) > 0
+    assert "cannot create it" in caplog.text
+    table_cache._warned.clear()
+    candidates.clear_candidates_cache()
+
+
+@pytest.mark.parametrize("value", ["off", "", "0", "none", "OFF"])
+def test_off_or_unset_writes_nothing(paper, tmp_path, monkeypatch, value):
+    request, table = paper
+    monkeypatch.setenv(table_cache.ENV, value)
+    monkeypatch.chdir(tmp_path)  # a relative path would land here
+    candidates.clear_candidates_cache()
+    candidates.build_candidates(request, table)
+    assert table_cache.directory() is None
+    assert list(tmp_path.iterdir()) == []
+    monkeypatch.delenv(table_cache.ENV)
+    assert table_cache.directory() is None
+    candidates.clear_candidates_cache()
+
+
+def test_default_is_the_users_cache_directory(monkeypatch):
+    monkeypatch.setenv(table_cache.ENV, "default")
+    assert table_cache.directory() == table_cache.default_directory()
+    assert table_cache.default_directory().parts[-2:] == ("fleetplan", "candidates")
+
+
+def test_the_least_recently_used_files_go_first(tmp_path):
+    for i in range(5):
+        path = tmp_path / f"{i}.pkl"
+        path.write_bytes(b"x" * 100)
+        os.utime(path, (1000 + i, 1000 + i))
+    (tmp_path / ".tmp-being-written.pkl").write_bytes(b"x" * 100)  # another process's write: never pruned
+    assert table_cache.prune(tmp_path, max_files=3) == 2
+    names = sorted(p.name for p in tmp_path.glob("*.pkl"))
+    assert names == [".tmp-being-written.pkl", "2.pkl", "3.pkl", "4.pkl"]
+    assert table_cache.prune(tmp_path, max_files=10, max_bytes=250) == 1  # 4 and 3 fit, 2 does not
+    assert table_cache.clear(tmp_path) == 2
+    assert [p.name for p in tmp_path.glob("*.pkl")] == [".tmp-being-written.pkl"]
+
+
+def test_the_fleetplan_command_turns_the_cache_on(tmp_path, monkeypatch):
+    """Unset, `fleetplan` keeps the tables in the user's cache directory (here a temporary one): a later
+    command, or the server's workers, read them instead of building them."""
+    where = tmp_path / "user-cache"
+    monkeypatch.setattr(table_cache, "default_directory", lambda: where)
+    monkeypatch.delenv(table_cache.ENV)
+    candidates.clear_candidates_cache()
+    result = CliRunner().invoke(main, ["plan", "paper", "--json"])  # monkeypatch restores the variable
+    assert result.exit_code == 0, result.output
+    assert os.environ.get(table_cache.ENV) == "default"
+    assert len(_kept(where)) == 1
+    candidates.clear_candidates_cache()
+
+
+def test_the_command_leaves_an_explicit_setting_alone(tmp_path, monkeypatch):
+    monkeypatch.setenv(table_cache.ENV, "off")
+    candidates.clear_candidates_cache()
+    result = CliRunner().invoke(main, ["plan", "paper", "--json"])
+    assert result.exit_code == 0, result.output
+    assert os.environ[table_cache.ENV] == "off"
+
+
+def test_the_cache_command_counts_and_clears(paper, folder):
+    request, table = paper
+    candidates.build_candidates(request, table)
+    shown = CliRunner().invoke(main, ["cache"])
+    assert shown.exit_code == 0, shown.output
+    assert str(folder) in shown.output
+    assert "1 table sets" in shown.output
+    cleared = CliRunner().invoke(main, ["cache", "--clear"])
+    assert "removed 1 table sets" in cleared.output
+    assert _kept(folder) == []
+    off = CliRunner().invoke(main, ["cache"], env={table_cache.ENV: "off"})
+    assert "off" in off.output
