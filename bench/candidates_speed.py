@@ -1,6 +1,7 @@
-"""Candidate building (request + profiles -> the tables the MILP is built from): cold and warm (the candidate
-cache), and the model built from those tables (`formulation.build_matrix`, once per solve of a request),
-against the same measurement at a baseline commit, in one run.
+"""Candidate building (request + profiles -> the tables the MILP is built from): cold, warm (the candidate
+cache in memory) and in a process with nothing in memory reading them from the disk cache
+(fleetplan/solver/table_cache.py), and the model built from those tables (`formulation.build_matrix`, once
+per solve of a request), against the same measurement at a baseline commit, in one run.
 
     python -m bench.candidates_speed [--baseline REV] [--repeats 5] [--synthetic M L]
 
@@ -27,20 +28,24 @@ RESULTS = ROOT / "bench" / "results"
 REQUESTS = ("paper", "scarce_gpus", "link_bound")
 DEFAULT_BASELINE = "4888355"  # the last commit before numpy candidates and the candidate cache
 
-# Runs inside the code under test (this checkout or the baseline's worktree): prints {name: {cold, warm}} ms.
+# Runs inside the code under test (this checkout or the baseline's worktree): prints {name: {cold, warm,
+# disk}} ms. Cold and warm with no disk cache; "disk": a process with nothing in memory reading the tables
+# another build kept on disk (fleetplan/solver/table_cache.py; None where the tree has none).
 _PROBE = """
-import dataclasses, json, statistics, sys, time
+import dataclasses, json, os, statistics, sys, tempfile, time
+os.environ["FLEETPLAN_CANDIDATE_CACHE"] = "off"
 from fleetplan import fixtures
 from fleetplan.models.codec import read_request
 from fleetplan.solver import candidates, formulation
 from fleetplan.solver.pipeline import resolve_profiles
 repeats, out = int(sys.argv[1]), {}
 clear = getattr(candidates, "clear_candidates_cache", lambda: None)
+on_disk = hasattr(candidates, "table_cache")
 for arg in sys.argv[2:]:
     name, _, path = arg.partition("=")
     request = read_request(path or fixtures.request_path(name))
     table = resolve_profiles(request)
-    cold, warm = [], []
+    cold, warm, disk = [], [], []
     for _ in range(repeats if not path else 1):
         clear()
         start = time.perf_counter()
@@ -49,7 +54,22 @@ for arg in sys.argv[2:]:
         start = time.perf_counter()
         candidates.build_candidates(request, table)
         warm.append((time.perf_counter() - start) * 1e3)
-    out[name] = {"cold_ms": statistics.median(cold), "warm_ms": statistics.median(warm)}
+    if on_disk:
+        with tempfile.TemporaryDirectory() as folder:
+            os.environ["FLEETPLAN_CANDIDATE_CACHE"] = folder
+            clear()
+            candidates.build_candidates(request, table)  # built and written
+            for _ in range(repeats if not path else 3):
+                clear()
+                start = time.perf_counter()
+                candidates.build_candidates(request, table)
+                disk.append((time.perf_counter() - start) * 1e3)
+            os.environ["FLEETPLAN_CANDIDATE_CACHE"] = "off"
+    out[name] = {
+        "cold_ms": statistics.median(cold),
+        "warm_ms": statistics.median(warm),
+        "disk_ms": statistics.median(disk) if disk else None,
+    }
     cand = candidates.build_candidates(request, table)
     model = []  # on a copy with an empty memo: nothing the tables keep (formulation.model_arrays) reused
     for _ in range(repeats if not path else 1):
@@ -105,16 +125,19 @@ def probe_baseline(rev: str, repeats: int, synthetic: dict[str, Path]) -> dict:
 
 def render(now: dict, base: dict, rev: str) -> str:
     lines = [
-        f"| request | baseline {rev} (ms) | cold (ms) | warm, cached (ms) | cold speed-up | warm speed-up "
-        f"| model at {rev} (ms) | model (ms) | model speed-up |",
-        "|---|---|---|---|---|---|---|---|---|",
+        f"| request | baseline {rev} (ms) | cold (ms) | warm, cached (ms) | new process, from disk (ms) "
+        f"| cold speed-up | warm speed-up | from-disk speed-up | model at {rev} (ms) | model (ms) "
+        "| model speed-up |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for name in now:
         b, c, w = base[name]["cold_ms"], now[name]["cold_ms"], now[name]["warm_ms"]
+        d = now[name].get("disk_ms")
         bm, m = base[name].get("model_ms"), now[name]["model_ms"]
         model = "-" if bm is None else f"{bm:.1f}"
         ratio = "-" if bm is None else f"{bm / m:.1f}x"
-        cells = [f"{b:.0f}", f"{c:.0f}", f"{w:.2f}", f"{b / c:.1f}x", f"{b / w:.0f}x"]
+        disk, disk_ratio = ("-", "-") if d is None else (f"{d:.1f}", f"{b / d:.0f}x")
+        cells = [f"{b:.0f}", f"{c:.0f}", f"{w:.2f}", disk, f"{b / c:.1f}x", f"{b / w:.0f}x", disk_ratio]
         cells += [model, f"{m:.1f}", ratio]
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     return "\n".join(lines)

@@ -146,3 +146,124 @@ def test_shutdown_kills_idle_workers_and_refuses_work(pool: SolvePool) -> None:
     assert not pool._idle
     with pytest.raises(Exception, match="shutting down"):
         _call(pool, _pid)
+
+
+def _slow_build(done_file: Path, seconds: float, deadline: Any) -> None:
+    """A plan whose candidate build takes `seconds`: it reports the stage as solver.plan does, writes
+    `done_file` when the tables are built, then stops at the deadline's check (past by then)."""
+    deadline.enter("candidates")
+    time.sleep(seconds)
+    done_file.write_text(str(os.getpid()))
+    deadline.enter("solve")
+    deadline.check("candidate generation")
+
+
+def _building_call(pool: SolvePool, work: Any, limit_s: float) -> Any:
+    async def main() -> Any:
+        at = time.monotonic() + limit_s
+        return await pool.solve(work, (), at, limit_s, TIMED_OUT, finish_building=True)
+
+    return anyio.run(main)
+
+
+def test_a_candidate_build_outlives_its_deadline_and_its_worker_is_kept(
+    pool: SolvePool, tmp_path: Path
+) -> None:
+    """At its deadline the request is answered (503, the build still running), but the worker finishes
+    the build, holding its slot, and goes back to the idle workers with the tables: the next request finds
+    them."""
+    done = tmp_path / "built"
+    pool.warm()
+    (warm,) = _idle_pids(pool)
+    seen: dict[str, Any] = {}
+
+    async def main() -> None:
+        began = time.monotonic()
+        with pytest.raises(DeadlineExceeded) as error:
+            await pool.solve(
+                partial(_slow_build, done, 1.5), (), began + 0.5, 0.5, TIMED_OUT, finish_building=True
+            )
+        seen["answered_s"] = time.monotonic() - began
+        seen["error"] = error.value
+        seen["running"], seen["finishing"], seen["built_yet"] = pool.running, pool.finishing, done.exists()
+        await anyio.sleep(2.5)  # the build ends meanwhile; the task that waits for it frees the slot
+
+    anyio.run(main)
+    assert seen["answered_s"] < 1.2  # answered at the deadline, not at the end of the build
+    assert "building this fleet's candidate tables" in seen["error"].message
+    assert seen["error"].retry_after_s >= 1
+    assert (seen["running"], seen["finishing"], seen["built_yet"]) == (1, 1, False)  # the slot stays held
+    assert int(done.read_text()) == warm  # the build finished, in the same worker
+    assert (pool.running, pool.finishing) == (0, 0)
+    assert _idle_pids(pool) == [warm]  # kept, not killed
+    assert pool.replaced == 0
+    assert _call(pool, _pid) == warm
+
+
+def test_a_worker_not_building_at_the_deadline_is_still_killed(pool: SolvePool, tmp_path: Path) -> None:
+    pid_file = tmp_path / "pid"
+    with pytest.raises(DeadlineExceeded) as error:
+        _building_call(pool, partial(_hang, pid_file), limit_s=0.5)
+    assert error.value is TIMED_OUT
+    assert _gone(int(pid_file.read_text()))
+    assert pool.replaced == 1
+
+
+def test_a_build_past_the_finishing_limit_is_killed(tmp_path: Path) -> None:
+    """The finishing is bounded: a build still running finish_limit_s after its deadline is killed, its
+    worker replaced, and the slot freed."""
+    made = _pool(finish_limit_s=0.5)
+    seen: dict[str, Any] = {}
+
+    async def main() -> None:
+        at = time.monotonic() + 0.3
+        with pytest.raises(DeadlineExceeded):
+            await made.solve(
+                partial(_slow_build, tmp_path / "built", 30.0), (), at, 0.3, TIMED_OUT, finish_building=True
+            )
+        seen["finishing"] = made.finishing
+        await anyio.sleep(1.0)  # past the finishing limit
+
+    try:
+        made.warm()
+        (warm,) = _idle_pids(made)
+        anyio.run(main)
+        assert seen["finishing"] == 1
+        assert _gone(warm)
+        assert (made.running, made.finishing) == (0, 0)
+        assert not (tmp_path / "built").exists()
+        assert made.replaced == 1
+        assert _idle_pids(made) != [warm]
+    finally:
+        made.kill_all()
+
+
+def test_at_most_half_the_slots_finish_builds_at_once(tmp_path: Path) -> None:
+    """With two slots one build may finish past its deadline; a second one at the same time is killed at
+    its deadline, as any other work."""
+    made = SolvePool(slots=2, queue=2, context=cli_context, max_worker_rss_mib=1e6)
+    errors: list[DeadlineExceeded] = []
+
+    async def one(name: str) -> None:
+        at = time.monotonic() + 0.5
+        try:
+            await made.solve(
+                partial(_slow_build, tmp_path / name, 2.0), (), at, 0.5, TIMED_OUT, finish_building=True
+            )
+        except DeadlineExceeded as error:
+            errors.append(error)
+
+    async def main() -> None:
+        async with anyio.create_task_group() as group:
+            group.start_soon(one, "first")
+            group.start_soon(one, "second")
+        await anyio.sleep(2.5)
+
+    try:
+        anyio.run(main)
+        assert len(errors) == 2
+        assert sorted(error is TIMED_OUT for error in errors) == [False, True]  # one finishes, one is killed
+        assert len(list(tmp_path.iterdir())) == 1
+        assert (made.running, made.finishing) == (0, 0)
+    finally:
+        made.kill_all()

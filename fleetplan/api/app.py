@@ -386,13 +386,15 @@ def create_app(
 
 
 def _solve_pool(settings: Settings, max_concurrent_solves: int | None) -> SolvePool:
-    """A SolvePool of the settings' slots (or `max_concurrent_solves`), queue and Retry-After cap."""
+    """A SolvePool of the settings' slots (or `max_concurrent_solves`), queue and Retry-After cap; a
+    candidate build past its request's deadline may take as long again as the longest time limit."""
     slots = max_concurrent_solves or settings.max_concurrent_solves
     return SolvePool(
         slots=slots,
         queue=settings.max_queued_solves,
         context=server_context,
         max_retry_after_s=settings.keep_alive_s - 5,
+        finish_limit_s=settings.max_time_limit_s,
     )
 
 

@@ -3,8 +3,8 @@
 A thread running HiGHS or a pandas merge cannot be interrupted, so a solve runs in a worker process:
 `solver.plan` gets the request's deadline (checked between stages, and capping the solver's time limit),
 and the parent kills the worker when the deadline passes, when the client disconnects, or when the server
-shuts down. Nothing of a request runs after its answer: a worker either has answered (and waits, idle, on
-its pipe) or is killed before the request is answered.
+shuts down. Nothing of a request runs after its answer (but one thing, below: a candidate build): a worker
+either has answered (and waits, idle, on its pipe) or is killed before the request is answered.
 
 Workers are persistent. `SolvePool` keeps up to `slots` of them idle, started from a fork server that has
 the solver imported and warmed (fleetplan/api/warmup.py plans one small request there), so a request pays
@@ -22,8 +22,16 @@ Jobs travel pickled: the work is a module-level function, imported by name in th
 `SolvePool` puts a bounded queue in front of a bounded number of busy workers. A request that finds the
 queue full, or that could not expect to start before its own deadline, is refused at once with a 503 and
 `Retry-After`; a request that waits spends its own budget, and the solver gets what remains.
+
+One exception to "nothing runs after its answer" (`SolvePool.finish_limit_s`): a `POST /plan` whose deadline
+passes while its worker builds the candidate tables is answered 503 then, but the worker finishes the build
+(at most `finish_limit_s` more, holding its slot) and goes back to the idle workers with the tables in its
+memory and in the disk cache (fleetplan/solver/table_cache.py). Killed, the build would be lost, and a fleet
+whose tables take longer to build than its time limit could never be planned: every retry would start it
+over. The worker reports its stage through a shared flag (`Worker.stage`, set by `Deadline.enter`).
 """
 
+import asyncio
 import logging
 import math
 import multiprocessing
@@ -35,6 +43,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from multiprocessing.context import BaseContext
 from multiprocessing.reduction import ForkingPickler
 from pathlib import Path
@@ -62,6 +71,8 @@ SEND_MARGIN_S = 0.1
 KILL_SLACK_S = 0.0
 # an idle worker checks this often whether its parent is still there
 PARENT_CHECK_S = 1.0
+# Worker.stage: what the worker's plan is doing now (Deadline.enter's CANDIDATES: building the tables)
+OTHER, BUILDING = 0, 1
 # jobs up to this size are written to the worker's pipe from the event loop; larger ones from a thread
 INLINE_SEND_BYTES = 32 * 1024
 # SolvePool.max_worker_rss_mib's default (a warm worker holds 85-130 MiB after S plans)
@@ -121,9 +132,10 @@ def replan_in_child(
     return replan(repository, run.fleet, order, profile_store=store, run=run)
 
 
-def _serve(conn: multiprocessing.connection.Connection) -> None:
+def _serve(conn: multiprocessing.connection.Connection, stage: Any = None) -> None:
     """A worker's whole life: take a job `(work, args, at, budget_s)` from the pipe, answer it, take the
-    next; end when the pipe closes or the process that started it is gone."""
+    next; end when the pipe closes or the process that started it is gone. `stage`: the shared flag its
+    plans report their stage in (Worker.stage)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when a worker stops
     os.nice(CHILD_NICENESS)  # the event loop (GET /health, admission, answers) goes first
     parent = os.getppid()  # the server, or the fork server: if it goes, so does this worker
@@ -138,19 +150,23 @@ def _serve(conn: multiprocessing.connection.Connection) -> None:
         except Exception as error:  # noqa: BLE001 - a job that does not unpickle: a bug, answered as one
             conn.send(("crash", 0.0, f"the worker could not read its job: {type(error).__name__}: {error}"))
             continue
-        answer = _perform(*job)
+        answer = _perform(*job, stage=stage)
         try:
             conn.send(answer)
         except (TypeError, ValueError, AttributeError, pickle.PicklingError) as error:  # does not pickle
             conn.send(("crash", answer[1], f"the answer could not be sent: {type(error).__name__}: {error}"))
 
 
-def _perform(work: Callable[..., Any], args: tuple[Any, ...], at: float, budget_s: float) -> tuple[Any, ...]:
+def _perform(
+    work: Callable[..., Any], args: tuple[Any, ...], at: float, budget_s: float, stage: Any = None
+) -> tuple[Any, ...]:
     """`work(*args, deadline)` as the answer to send: ("ok", seconds, result), ("error", seconds, class,
-    message, field) for a PlannerError, ("crash", seconds, text) for anything else (a bug)."""
+    message, field) for a PlannerError, ("crash", seconds, text) for anything else (a bug). The deadline
+    reports each stage the work enters in `stage` (when given)."""
     from fleetplan.solver.deadline import Deadline  # the parent never imports the solver package
 
-    deadline = Deadline(at - SEND_MARGIN_S, budget_s)
+    report = None if stage is None else partial(_report, stage)
+    deadline = Deadline(at - SEND_MARGIN_S, budget_s, on_stage=report)
     began = time.perf_counter()
     try:
         result = work(*args, deadline)
@@ -158,7 +174,16 @@ def _perform(work: Callable[..., Any], args: tuple[Any, ...], at: float, budget_
         return ("error", time.perf_counter() - began, type(error), error.message, error.field)
     except Exception as error:  # noqa: BLE001 - a bug: reported to the parent, which logs it as a 500
         return ("crash", time.perf_counter() - began, f"{type(error).__name__}: {error}")
+    finally:
+        if stage is not None:
+            stage.value = OTHER
     return ("ok", time.perf_counter() - began, result)
+
+
+def _report(stage: Any, name: str) -> None:
+    from fleetplan.solver.deadline import CANDIDATES
+
+    stage.value = BUILDING if name == CANDIDATES else OTHER
 
 
 def _rebuild(cls: type[PlannerError], message: str, field_: str | None) -> PlannerError:
@@ -167,6 +192,14 @@ def _rebuild(cls: type[PlannerError], message: str, field_: str | None) -> Plann
     Exception.__init__(error, message)
     error.message, error.field = message, field_
     return error
+
+
+class _Building(Exception):  # noqa: N818 - a hand-over, not an error: the worker finishes its build
+    """Raised inside SolvePool._solve at the deadline of a worker that is building candidate tables."""
+
+    def __init__(self, worker: "Worker") -> None:
+        super().__init__("building candidate tables")
+        self.worker = worker
 
 
 class WorkerCrashed(RuntimeError):
@@ -203,14 +236,20 @@ class Worker:
 
     process: Any
     conn: multiprocessing.connection.Connection
+    stage: Any = None  # a shared int: BUILDING while its plan builds candidate tables, else OTHER
 
     @classmethod
     def start(cls, ctx: BaseContext) -> "Worker":
         mine, theirs = ctx.Pipe(duplex=True)
-        process = ctx.Process(target=_serve, args=(theirs,), daemon=True)  # type: ignore[attr-defined]
+        stage = ctx.RawValue("i", OTHER)  # type: ignore[attr-defined]
+        process = ctx.Process(target=_serve, args=(theirs, stage), daemon=True)  # type: ignore[attr-defined]
         process.start()
         theirs.close()  # the worker's end: once it exits, `mine` sees EOF
-        return cls(process, mine)
+        return cls(process, mine, stage)
+
+    def building(self) -> bool:
+        """Whether the worker's plan is building candidate tables now."""
+        return self.stage is not None and self.stage.value == BUILDING
 
     def job(self, work: Callable[..., Any], args: tuple[Any, ...], at: float, budget_s: float) -> bytes:
         """The pickled job (functions travel by module and name: they must be importable)."""
@@ -283,11 +322,17 @@ class SolvePool:
     # a worker holding more resident memory than this after a job is replaced (a large request's arrays
     # stay in the allocator's arenas); a warm worker holds 85-130 MiB (S), a 5,000-class plan about 1 GiB
     max_worker_rss_mib: float = MAX_WORKER_RSS_MIB
+    # a POST /plan whose deadline passes while its worker builds candidate tables: the worker may finish the
+    # build this much longer, holding its slot, so that the tables are kept (0: killed at the deadline); at
+    # most half the slots (at least one) finish builds at once (_may_finish)
+    finish_limit_s: float = 60.0
+    finishing: int = 0  # workers finishing a build now
     _slots: anyio.Semaphore | None = None
     _children: set[Worker] = field(default_factory=set)  # workers doing a request's work now
     _idle: list[Worker] = field(default_factory=list)  # warm workers waiting for work
     _lock: threading.Lock = field(default_factory=threading.Lock)  # _idle and closed, across threads
     _waiters: set[anyio.CancelScope] = field(default_factory=set)
+    _finishers: set[asyncio.Task[None]] = field(default_factory=set)
     closed: bool = False
     replaced: int = 0  # workers started to replace one killed, crashed or grown too large
 
@@ -336,7 +381,8 @@ class SolvePool:
         """Plan `request` in a worker by `deadline_at`; cancelling the caller (client gone, shutdown) kills
         the worker. The Plan, and the seconds plan() took in the worker."""
         budget, timed_out = request.options.time_limit_s, _timed_out(request)
-        return await self.solve(plan_in_child, (request, store), deadline_at, budget, timed_out)
+        job = (plan_in_child, (request, store), deadline_at, budget, timed_out)
+        return await self.solve(*job, finish_building=True)
 
     async def call(self, *job: Any) -> Any:
         """What `solve(*job)` answers, without its time."""
@@ -349,10 +395,13 @@ class SolvePool:
         deadline_at: float,
         budget_s: float,
         timed_out: PlannerError,
+        *,
+        finish_building: bool = False,
     ) -> Solved:
         """`work(*args, deadline)` in a worker holding one of the slots, by `deadline_at` (then the worker is
         killed and `timed_out` raised); cancelling the caller (client gone, shutdown) kills the worker.
-        `work` (and `args`) travel pickled: a module-level function, which the worker imports by name."""
+        `work` (and `args`) travel pickled: a module-level function, which the worker imports by name.
+        `finish_building`: a worker building candidate tables at the deadline finishes them (`_finish`)."""
         self.admit(budget_s, deadline_at)
         slots = self._semaphore()
         self.waiting += 1
@@ -371,19 +420,33 @@ class SolvePool:
             self._reject(f"no solver slot freed within the request's {budget_s:g} s")
         self.running += 1
         began = time.monotonic()
+        handed = False  # to a finishing task, which then frees the slot
         try:
-            return await self._solve((work, args, deadline_at, budget_s), deadline_at, timed_out)
+            job = (work, args, deadline_at, budget_s)
+            return await self._solve(job, deadline_at, timed_out, finish_building)
+        except _Building as building:
+            handed = True
+            self._finish_later(building.worker, began)
+            raise self._still_building(budget_s) from None
         finally:
-            self.running -= 1
-            slots.release()
-            self.mean_solve_s = 0.8 * self.mean_solve_s + 0.2 * (time.monotonic() - began)
+            if not handed:
+                self._done(began)
 
-    async def _solve(self, job: tuple[Any, ...], deadline_at: float, timed_out: PlannerError) -> Solved:
+    def _done(self, began: float) -> None:
+        """A job's slot is free again."""
+        self.running -= 1
+        self._semaphore().release()
+        self.mean_solve_s = 0.8 * self.mean_solve_s + 0.2 * (time.monotonic() - began)
+
+    async def _solve(
+        self, job: tuple[Any, ...], deadline_at: float, timed_out: PlannerError, finish_building: bool = False
+    ) -> Solved:
         """One job on a warm worker; the worker goes back to the idle ones if it answered, and is killed
-        (and replaced in the background) if it did not: at the deadline, on cancellation, on a crash."""
+        (and replaced in the background) if it did not: at the deadline, on cancellation, on a crash. With
+        `finish_building`, a worker building candidate tables at the deadline is handed on (_Building)."""
         worker = await self._take()
         self._children.add(worker)
-        answered = False
+        answered = handed = False
         try:
             # pickled in a thread: a request with ~8 MB of inline profile rows takes ~120 ms, which on the
             # event loop would hold every other request (/health among them) that long
@@ -401,14 +464,66 @@ class SolvePool:
                     raise
                 answered = True
                 return solved
+            if finish_building and worker.building() and self._may_finish():
+                handed = True
+                raise _Building(worker)
             raise timed_out
+        finally:
+            if not handed:
+                with anyio.CancelScope(shield=True):
+                    await self._release(worker, answered)
+                # only now: until its release is done a worker stays where kill_all finds it (a SIGTERM's end
+                # of grace cancels this task, and the loop could end before the release's thread had stopped
+                # it: a sweep's worker ran on at 100% CPU after the server had exited)
+                self._children.discard(worker)
+
+    def _may_finish(self) -> bool:
+        """Whether one more worker may finish its build past its deadline: at most half the slots (at least
+        one) at once, so that a stream of requests whose builds outlast their limits cannot hold them all."""
+        return self.finish_limit_s > 0 and not self.closed and self.finishing < max(1, self.slots // 2)
+
+    def _still_building(self, budget_s: float) -> DeadlineExceeded:
+        """The 503 of a request whose candidate tables are still being built (Retry-After: about as long as
+        the build has taken so far, within the cap)."""
+        retry = min(max(1, math.ceil(budget_s)), self.max_retry_after_s)
+        msg = (
+            f"no plan within time_limit_s={budget_s:g}: building this fleet's candidate tables takes longer. "
+            f"The build goes on and its tables are kept, so a retry after {retry} s plans from them "
+            "(or raise time_limit_s)"
+        )
+        error = DeadlineExceeded(msg, field="options.time_limit_s")
+        error.retry_after_s = retry  # type: ignore[attr-defined]
+        return error
+
+    def _finish_later(self, worker: Worker, began: float) -> None:
+        """Let `worker` finish its build in a task of the event loop that holds the slot until then."""
+        self.finishing += 1
+        task = asyncio.get_running_loop().create_task(self._finish(worker, began))
+        self._finishers.add(task)  # kept referenced until it ends
+        task.add_done_callback(self._finishers.discard)
+
+    async def _finish(self, worker: Worker, began: float) -> None:
+        """Wait (at most finish_limit_s) for the worker to end its job: past its deadline, the plan stops
+        right after the build with DeadlineExceeded, an answer, and the worker goes back to the idle ones
+        with the tables; one that does not answer in time (or crashes) is killed and replaced. The slot is
+        freed after."""
+        answered = False
+        try:
+            with anyio.move_on_after(self.finish_limit_s):
+                await anyio.wait_readable(worker.conn.fileno())
+                try:
+                    await anyio.to_thread.run_sync(worker.receive)
+                except PlannerError:
+                    pass  # the deadline's own error: an answer
+                except WorkerCrashed:
+                    return
+                answered = True
         finally:
             with anyio.CancelScope(shield=True):
                 await self._release(worker, answered)
-            # only now: until its release is done a worker stays where kill_all finds it (a SIGTERM's end of
-            # grace cancels this task, and the loop could end before the release's thread had stopped it:
-            # a sweep's worker ran on at 100% CPU after the server had exited)
             self._children.discard(worker)
+            self.finishing -= 1
+            self._done(began)
 
     async def _send(self, worker: Worker, job: bytes) -> None:
         """A small job is written at once (an idle worker's socket buffer is empty and far larger); a large

@@ -8,24 +8,37 @@ owns the hard stop (a worker process killed at the deadline): a check only ends 
 """
 
 import time
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 from fleetplan.models.errors import DeadlineExceeded
 
+# the stages `Deadline.enter` reports
+CANDIDATES = "candidates"
+SOLVE = "solve"
 # the solver gets this share of what remains after candidates; the rest is for extract/baselines/verify
 SOLVE_SHARE = 0.8
 
 
 @dataclass(frozen=True)
 class Deadline:
-    """`at`: a time.monotonic() value; `budget_s`: the request's time_limit_s (for messages)."""
+    """`at`: a time.monotonic() value; `budget_s`: the request's time_limit_s (for messages); `on_stage`
+    (optional): told each stage as it begins (`enter`)."""
 
     at: float
     budget_s: float
+    on_stage: Callable[[str], None] | None = field(default=None, compare=False)
 
     @classmethod
     def after(cls, seconds: float) -> "Deadline":
         return cls(time.monotonic() + seconds, seconds)
+
+    def enter(self, stage: str) -> None:
+        """Tell the caller which stage begins: CANDIDATES, then SOLVE. The service lets a candidate build
+        outlive its request's deadline, so that the tables are kept for the next request
+        (fleetplan/api/workers.py, "finishing")."""
+        if self.on_stage is not None:
+            self.on_stage(stage)
 
     def remaining(self) -> float:
         return self.at - time.monotonic()

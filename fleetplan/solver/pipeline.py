@@ -18,7 +18,7 @@ from fleetplan.profiler.tables import ProfileTable, from_rows
 from fleetplan.solver import baselines, explain, extract
 from fleetplan.solver.backends import Termination, relative_gap
 from fleetplan.solver.candidates import Candidates, build_candidates, check_profiles_cover
-from fleetplan.solver.deadline import Deadline, seconds_left
+from fleetplan.solver.deadline import CANDIDATES, SOLVE, Deadline, seconds_left
 from fleetplan.solver.formulation import Churn, pool_cost, pool_keys, previous_by_key
 from fleetplan.solver.memo import per_table
 from fleetplan.solver.optimize import Outcome
@@ -120,7 +120,9 @@ def _candidates(
     table = resolve_profiles(request, store)
     check_cover(request, table)
     _check(deadline, "the profile lookup")
+    _enter(deadline, CANDIDATES)
     cand = build_candidates(request, table)
+    _enter(deadline, SOLVE)
     if churn is not None:
         cand = dataclasses.replace(cand, churn=churn)
     _check(deadline, "candidate generation")
@@ -171,6 +173,11 @@ def _assemble(
 def _check(deadline: Deadline | None, stage: str) -> None:
     if deadline is not None:
         deadline.check(stage)
+
+
+def _enter(deadline: Deadline | None, stage: str) -> None:
+    if deadline is not None:
+        deadline.enter(stage)
 
 
 def _within(request: PlanRequest, deadline: Deadline | None) -> PlanRequest:
