@@ -488,7 +488,7 @@ class SolvePool:
         retry = min(max(1, math.ceil(budget_s)), self.max_retry_after_s)
         msg = (
             f"no plan within time_limit_s={budget_s:g}: building this fleet's candidate tables takes longer. "
-            f"The build goes on and its tables are kept, so a retry after {retry} s plans from them "
+            "The build goes on and its tables are kept: a retry once it has ended plans from them "
             "(or raise time_limit_s)"
         )
         error = DeadlineExceeded(msg, field="options.time_limit_s")
