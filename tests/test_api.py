@@ -420,6 +420,48 @@ def test_solve_past_the_deadline_is_503_and_its_process_is_killed(
     assert all(r.levelname == "WARNING" and r.exc_info is None for r in records)
 
 
+def _slow_first_build(built: Path, request: Any, store: Any, deadline: Any) -> Any:
+    """The first call builds its candidate tables for 2 s (reporting the stage as solver.plan does) and
+    marks them built; a later call, the tables there, plans."""
+    if not built.exists():
+        deadline.enter("candidates")
+        time.sleep(2.0)
+        built.write_text(str(os.getpid()))
+        deadline.enter("solve")
+        deadline.check("candidate generation")
+    from fleetplan import solver
+
+    return solver.plan(request, store, deadline=deadline)
+
+
+def test_tables_that_outlast_the_time_limit_are_finished_and_the_retry_plans(
+    forking_client: TestClient, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A plan whose candidate build outlasts its time limit is answered 503 at its deadline, saying so,
+    and the build finishes in its worker; the retry (the same worker, parked idle) plans."""
+    built = tmp_path / "built"
+    monkeypatch.setattr(fleetplan.api.workers, "plan_in_child", partial(_slow_first_build, built))
+    body = inline_request()
+    body["options"] = {"time_limit_s": 1}
+    started = time.perf_counter()
+    response = post(forking_client, body)
+    assert time.perf_counter() - started < 1.8, "the handler waited for the build"
+    assert_problem(response, 503, "options.time_limit_s", says="building this fleet's candidate tables")
+    assert int(response.headers["retry-after"]) >= 1
+    assert not built.exists()
+    for _ in range(100):  # the build ends about 1 s after the answer
+        if built.exists():
+            break
+        time.sleep(0.05)
+    builder = int(built.read_text())
+    time.sleep(0.3)  # its answer (the deadline's error) is read and the worker parked
+    body["options"] = {"time_limit_s": 10}
+    again = post(forking_client, body)
+    assert again.status_code == 200, again.text
+    assert again.json()["status"] == "optimal"
+    os.kill(builder, 0)  # the worker that built is alive, kept
+
+
 def test_unexpected_error_is_a_generic_500(
     forking_client: TestClient, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
