@@ -390,7 +390,9 @@ def _broken(request: object, store: object, deadline: object) -> None:
 def forking_client(store_root: Path) -> Iterator[TestClient]:
     """Workers fork from the test process: a workers.plan_in_child monkeypatched with a module-level
     function (jobs travel pickled, functions by name) runs in the worker."""
-    pool = SolvePool(slots=1, queue=1, context=cli_context)
+    # workers forked from a long pytest process count its pages as their own: no memory cap here (a worker
+    # over it would be replaced where a test expects it kept)
+    pool = SolvePool(slots=1, queue=1, context=cli_context, max_worker_rss_mib=1e6)
     with TestClient(app=create_app(ProfileStore([store_root]), pool=pool)) as test_client:
         yield test_client
 

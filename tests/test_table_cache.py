@@ -6,6 +6,7 @@ the cache on at the user's cache directory."""
 import logging
 import os
 import pickle
+import time
 
 import pandas as pd
 import pytest
@@ -15,6 +16,7 @@ from fleetplan import fixtures
 from fleetplan.api.cli import main
 from fleetplan.models.codec import read_request
 from fleetplan.solver import candidates, plan, table_cache
+from fleetplan.solver.deadline import CANDIDATES, SOLVE, Deadline
 from fleetplan.solver.pipeline import resolve_profiles
 
 FRAMES = ("classes", "latency", "pools", "uses", "devices")
@@ -156,6 +158,53 @@ def test_default_is_the_users_cache_directory(monkeypatch):
     assert table_cache.default_directory().parts[-2:] == ("fleetplan", "candidates")
 
 
+def test_a_link_in_place_of_a_file_is_not_read(paper, folder, tmp_path, caplog):
+    """Checked on the open file: a symbolic link where a table set belongs (to a file elsewhere, which
+    could be anyone's) is not followed."""
+    request, table = paper
+    candidates.build_candidates(request, table)
+    (path,) = _kept(folder)
+    elsewhere = tmp_path / "elsewhere.pkl"
+    path.rename(elsewhere)
+    path.symlink_to(elsewhere)
+    candidates.clear_candidates_cache()
+    with caplog.at_level(logging.INFO, logger="fleetplan.solver"):
+        assert table_cache.load(candidates.candidates_key(request, table)) is None
+
+
+def test_a_file_others_may_write_is_not_read(paper, folder, caplog):
+    request, table = paper
+    candidates.build_candidates(request, table)
+    (path,) = _kept(folder)
+    path.chmod(0o666)
+    with caplog.at_level(logging.WARNING, logger="fleetplan.solver"):
+        assert table_cache.load(candidates.candidates_key(request, table)) is None
+    assert "writable by group or others" in caplog.text
+
+
+def test_nothing_in_the_cache_fails_a_plan(paper, folder, monkeypatch):
+    """A file that cannot be removed, tables that cannot be pickled, a code hash that cannot be taken:
+    each is a miss or a skipped write, never an error out of build_candidates."""
+    request, table = paper
+    candidates.build_candidates(request, table)
+    (path,) = _kept(folder)
+    path.write_bytes(b"not a pickle")
+
+    def refuse(*_args, **_kwargs):
+        raise PermissionError("read-only file system")
+
+    monkeypatch.setattr(type(path), "unlink", refuse)
+    candidates.clear_candidates_cache()
+    assert len(candidates.build_candidates(request, table).pools) > 0  # the damaged file stays; a miss
+    monkeypatch.undo()
+    monkeypatch.setenv(table_cache.ENV, str(folder))
+    monkeypatch.setattr(table_cache.pickle, "dumps", refuse)
+    path.unlink()
+    candidates.clear_candidates_cache()
+    assert len(candidates.build_candidates(request, table).pools) > 0
+    assert _kept(folder) == []  # not written, and no error
+
+
 def test_the_least_recently_used_files_go_first(tmp_path):
     for i in range(5):
         path = tmp_path / f"{i}.pkl"
@@ -168,6 +217,11 @@ def test_the_least_recently_used_files_go_first(tmp_path):
     assert table_cache.prune(tmp_path, max_files=10, max_bytes=250) == 1  # 4 and 3 fit, 2 does not
     assert table_cache.clear(tmp_path) == 2
     assert [p.name for p in tmp_path.glob("*.pkl")] == [".tmp-being-written.pkl"]
+    # a temporary file whose writer was killed: removed once it is STALE_TEMPORARY_S old
+    old = time.time() - table_cache.STALE_TEMPORARY_S - 1
+    os.utime(tmp_path / ".tmp-being-written.pkl", (old, old))
+    assert table_cache.prune(tmp_path) == 1
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_the_fleetplan_command_turns_the_cache_on(tmp_path, monkeypatch):
@@ -204,3 +258,13 @@ def test_the_cache_command_counts_and_clears(paper, folder):
     assert _kept(folder) == []
     off = CliRunner().invoke(main, ["cache"], env={table_cache.ENV: "off"})
     assert "off" in off.output
+
+
+def test_a_plan_reports_its_candidate_build_to_its_deadline(paper, folder):
+    """What the service reads to let a build finish past its deadline (fleetplan/api/workers.py): solver.plan
+    enters the candidates stage before the build and the solve stage after it."""
+    request, _ = paper
+    stages: list[str] = []
+    deadline = Deadline(time.monotonic() + 60, 60, on_stage=stages.append)
+    plan(request, with_baselines=False, deadline=deadline)
+    assert stages == [CANDIDATES, SOLVE]

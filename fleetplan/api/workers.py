@@ -425,18 +425,21 @@ class SolvePool:
             job = (work, args, deadline_at, budget_s)
             return await self._solve(job, deadline_at, timed_out, finish_building)
         except _Building as building:
-            handed = True
-            self._finish_later(building.worker, began)
+            handed = self._finish_later(building.worker)
+            if not handed:
+                raise timed_out from None
             raise self._still_building(budget_s) from None
         finally:
             if not handed:
                 self._done(began)
 
-    def _done(self, began: float) -> None:
-        """A job's slot is free again."""
+    def _done(self, began: float | None) -> None:
+        """A job's slot is free again; its time since `began` joins the admission estimate (None: it does
+        not, as a build finished past its request's deadline is no request's wait)."""
         self.running -= 1
         self._semaphore().release()
-        self.mean_solve_s = 0.8 * self.mean_solve_s + 0.2 * (time.monotonic() - began)
+        if began is not None:
+            self.mean_solve_s = 0.8 * self.mean_solve_s + 0.2 * (time.monotonic() - began)
 
     async def _solve(
         self, job: tuple[Any, ...], deadline_at: float, timed_out: PlannerError, finish_building: bool = False
@@ -483,8 +486,8 @@ class SolvePool:
         return self.finish_limit_s > 0 and not self.closed and self.finishing < max(1, self.slots // 2)
 
     def _still_building(self, budget_s: float) -> DeadlineExceeded:
-        """The 503 of a request whose candidate tables are still being built (Retry-After: about as long as
-        the build has taken so far, within the cap)."""
+        """The 503 of a request whose candidate tables are still being built (Retry-After: the request's
+        time limit, within the cap: a guess, as the build's own end is not known)."""
         retry = min(max(1, math.ceil(budget_s)), self.max_retry_after_s)
         msg = (
             f"no plan within time_limit_s={budget_s:g}: building this fleet's candidate tables takes longer. "
@@ -495,14 +498,23 @@ class SolvePool:
         error.retry_after_s = retry  # type: ignore[attr-defined]
         return error
 
-    def _finish_later(self, worker: Worker, began: float) -> None:
-        """Let `worker` finish its build in a task of the event loop that holds the slot until then."""
+    def _finish_later(self, worker: Worker) -> bool:
+        """Let `worker` finish its build in a task of the event loop that holds the slot until then; False
+        (the worker stopped instead) where no task can be made (an event loop other than asyncio's)."""
+        try:
+            task = asyncio.get_running_loop().create_task(self._finish(worker))
+        except RuntimeError:
+            log.warning("a candidate build could not be left to finish: no asyncio loop")
+            worker.stop()
+            self._children.discard(worker)
+            self._replace()
+            return False
         self.finishing += 1
-        task = asyncio.get_running_loop().create_task(self._finish(worker, began))
         self._finishers.add(task)  # kept referenced until it ends
         task.add_done_callback(self._finishers.discard)
+        return True
 
-    async def _finish(self, worker: Worker, began: float) -> None:
+    async def _finish(self, worker: Worker) -> None:
         """Wait (at most finish_limit_s) for the worker to end its job: past its deadline, the plan stops
         right after the build with DeadlineExceeded, an answer, and the worker goes back to the idle ones
         with the tables; one that does not answer in time (or crashes) is killed and replaced. The slot is
@@ -523,7 +535,7 @@ class SolvePool:
                 await self._release(worker, answered)
             self._children.discard(worker)
             self.finishing -= 1
-            self._done(began)
+            self._done(None)
 
     async def _send(self, worker: Worker, job: bytes) -> None:
         """A small job is written at once (an idle worker's socket buffer is empty and far larger); a large

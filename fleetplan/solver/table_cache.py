@@ -14,19 +14,25 @@ starts, whose worker processes inherit the environment) sets it to `default` whe
 
 What is trusted: the files are pickles, and unpickling runs code, so the directory must be the user's own:
 it is created with mode 0700, and one owned by another user or writable by group or others is not used
-(a warning, once). A file that does not load, or whose key or fingerprint differs, is a miss (and removed);
-a directory that cannot be written is a warning, once, and the plan goes on without it. At most
-MAX_FILES files and MAX_BYTES bytes are kept, the least recently used removed first.
+(a warning, once); each file is checked again once open (a regular file, not a link, of this user's, that no
+one else may write), so nothing swapped in after the directory's check is read. A file that does not load,
+or whose key or fingerprint differs, is a miss (and removed); a directory that cannot be written is a
+warning, once, and the plan goes on without it: nothing here ever fails a plan. At most MAX_FILES files and
+MAX_BYTES bytes are kept, the least recently used removed first, and a temporary file a killed writer left is
+removed after STALE_TEMPORARY_S.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import os
 import pickle
 import stat
+import sys
 import tempfile
+import time
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -35,6 +41,8 @@ ENV = "FLEETPLAN_CANDIDATE_CACHE"
 OFF = ("", "off", "0", "none")
 DEFAULT = "default"
 SUFFIX = ".pkl"
+TEMPORARY = ".tmp-"  # a file being written (then renamed); one left this long by a killed writer is removed
+STALE_TEMPORARY_S = 600.0
 # the bench's L instance pickles to about 10 MB, M to 1.5 MB, paper.json to 70 kB
 MAX_FILES = 64
 MAX_BYTES = 1 << 30
@@ -61,16 +69,21 @@ def directory() -> Path | None:
 
 @cache
 def code_fingerprint() -> str:
-    """A hash of every source file of the fleetplan package and of the versions of the libraries its
-    tables are pickled with: tables built by other code are never read back."""
+    """A hash of every source file of the fleetplan package and of the versions of Python and the libraries
+    its tables are built and pickled with: tables built by other code are never read back. A file that
+    cannot be read (an editor's lock link, say) counts by its name alone."""
+    import msgspec
     import numpy
     import pandas
+    import scipy
 
     root = Path(__file__).resolve().parent.parent
-    digest = hashlib.sha256(f"numpy {numpy.__version__} pandas {pandas.__version__}".encode())
+    versions = [sys.version, numpy.__version__, pandas.__version__, scipy.__version__, msgspec.__version__]
+    digest = hashlib.sha256(" ".join(versions).encode())
     for path in sorted(root.rglob("*.py")):
         digest.update(str(path.relative_to(root)).encode())
-        digest.update(path.read_bytes())
+        with contextlib.suppress(OSError):
+            digest.update(path.read_bytes())
     return digest.hexdigest()
 
 
@@ -78,6 +91,15 @@ def _warn_once(where: Path, why: str) -> None:
     if (str(where), why) not in _warned:
         _warned.add((str(where), why))
         log.warning("candidate cache %s not used: %s", where, why)
+
+
+def _ours(info: os.stat_result) -> str | None:
+    """Why a file or directory with this status may not hold what this process runs (None: it may)."""
+    if hasattr(os, "getuid") and info.st_uid != os.getuid():
+        return "owned by another user"
+    if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        return "writable by group or others (chmod 700 it)"
+    return None
 
 
 def _usable(folder: Path) -> bool:
@@ -92,11 +114,9 @@ def _usable(folder: Path) -> bool:
     if not stat.S_ISDIR(info.st_mode):
         _warn_once(folder, "not a directory")
         return False
-    if hasattr(os, "getuid") and info.st_uid != os.getuid():
-        _warn_once(folder, "owned by another user")
-        return False
-    if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-        _warn_once(folder, "writable by group or others (chmod 700 it)")
+    why = _ours(info)
+    if why is not None:
+        _warn_once(folder, why)
         return False
     return True
 
@@ -106,27 +126,43 @@ def _path(folder: Path, key: bytes) -> Path:
 
 
 def load(key: bytes) -> Any | None:
-    """The tables kept under `key`, or None (no directory, no file, or a file that is not them)."""
-    folder = directory()
-    if folder is None or not _usable(folder):
-        return None
-    path = _path(folder, key)
+    """The tables kept under `key`, or None (no directory, no file, or a file that is not them). Never
+    raises: whatever goes wrong here is a miss, and the tables are built."""
     try:
-        with path.open("rb") as handle:
-            fingerprint, stored_key, tables = pickle.load(handle)  # noqa: S301 - the user's own 0700 directory
+        folder = directory()
+        if folder is None or not _usable(folder):
+            return None
+        return _read(_path(folder, key), key)
+    except Exception as error:  # noqa: BLE001 - the cache never fails a plan
+        log.info("candidate cache: not read (%s: %s)", type(error).__name__, error)
+        return None
+
+
+def _read(path: Path, key: bytes) -> Any | None:
+    """The tables in `path` if it is a regular file of this user's that no one else may write (checked on
+    the open file: a link, or a file swapped in after the directory's check, is not read), pickled by this
+    code under `key`; a file that is not that is removed."""
+    try:
+        handle = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
     except FileNotFoundError:
         return None
-    except Exception as error:  # noqa: BLE001 - a truncated or foreign file is a miss, never a failed plan
-        log.info("candidate cache: %s unreadable (%s): removed", path.name, type(error).__name__)
-        path.unlink(missing_ok=True)
-        return None
+    with os.fdopen(handle, "rb") as opened:
+        info = os.fstat(opened.fileno())
+        why = "not a regular file" if not stat.S_ISREG(info.st_mode) else _ours(info)
+        if why is not None:
+            log.warning("candidate cache: %s not read: %s", path, why)
+            return None
+        try:
+            fingerprint, stored_key, tables = pickle.load(opened)  # noqa: S301 - checked just above
+        except Exception as error:  # noqa: BLE001 - a truncated or foreign file is a miss
+            log.info("candidate cache: %s unreadable (%s): removed", path.name, type(error).__name__)
+            fingerprint = stored_key = tables = None
     if fingerprint != code_fingerprint() or stored_key != key:
-        path.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):
+            path.unlink(missing_ok=True)
         return None
-    try:
+    with contextlib.suppress(OSError):
         os.utime(path)  # least recently used goes first
-    except OSError:
-        pass
     return tables
 
 
@@ -134,52 +170,72 @@ def save(key: bytes, tables: Any) -> None:
     """Keep `tables` under `key` (atomically: a reader sees the old file or the whole new one), then drop
     the least recently used files beyond MAX_FILES or MAX_BYTES. Failures are logged, never raised."""
     folder = directory()
-    if folder is None or not _usable(folder):
+    if folder is None:
         return
-    data = pickle.dumps((code_fingerprint(), key, tables), protocol=pickle.HIGHEST_PROTOCOL)
     try:
-        handle, temporary = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=SUFFIX)
-        try:
-            with os.fdopen(handle, "wb") as out:
-                out.write(data)
-            os.replace(temporary, _path(folder, key))
-        except BaseException:
-            Path(temporary).unlink(missing_ok=True)
-            raise
+        if not _usable(folder):
+            return
+        _write(folder, _path(folder, key), (code_fingerprint(), key, tables))
+        prune(folder)
     except OSError as error:
         _warn_once(folder, f"cannot write it ({error.strerror or error})")
-        return
-    prune(folder)
+    except Exception as error:  # noqa: BLE001 - the cache never fails a plan
+        log.info("candidate cache: not written (%s: %s)", type(error).__name__, error)
+
+
+def _write(folder: Path, path: Path, record: tuple) -> None:
+    """`record` pickled into `path` through a temporary file of mode 0600 in `folder`, then renamed."""
+    data = pickle.dumps(record, protocol=pickle.HIGHEST_PROTOCOL)
+    handle, temporary = tempfile.mkstemp(dir=folder, prefix=TEMPORARY, suffix=SUFFIX)
+    try:
+        with os.fdopen(handle, "wb") as out:
+            out.write(data)
+        os.replace(temporary, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            Path(temporary).unlink(missing_ok=True)
+        raise
 
 
 def prune(folder: Path, max_files: int = MAX_FILES, max_bytes: int = MAX_BYTES) -> int:
-    """Remove the least recently used files beyond `max_files` or `max_bytes`; the number removed."""
-    files = []
-    for path in kept(folder):
+    """Remove the least recently used files beyond `max_files` or `max_bytes`, and temporary files that
+    STALE_TEMPORARY_S after their last write are still there (their writer was killed); the number
+    removed."""
+    files, removed = [], 0
+    for path in folder.glob("*" + SUFFIX):
         try:
             info = path.stat()
         except OSError:  # removed by another process meanwhile
             continue
-        files.append((info.st_mtime, info.st_size, path))
+        if not path.name.startswith(TEMPORARY):
+            files.append((info.st_mtime, info.st_size, path))
+        elif time.time() - info.st_mtime > STALE_TEMPORARY_S:
+            removed += _remove(path)
     files.sort(reverse=True)  # newest first
-    removed, total = 0, 0
+    total = 0
     for count, (_, size, path) in enumerate(files, start=1):
         total += size
         if count > max_files or total > max_bytes:
-            path.unlink(missing_ok=True)
-            removed += 1
+            removed += _remove(path)
     return removed
 
 
+def _remove(path: Path) -> int:
+    try:
+        path.unlink(missing_ok=True)
+    except OSError:
+        return 0
+    return 1
+
+
 def clear(folder: Path | None = None) -> int:
-    """Remove every kept table set (of `folder`, default: the configured directory); the number removed."""
+    """Remove every kept table set (of `folder`, default: the configured directory) and stale temporary
+    files; the number of table sets removed."""
     folder = folder if folder is not None else directory()
     if folder is None or not folder.is_dir():
         return 0
-    removed = 0
-    for path in kept(folder):
-        path.unlink(missing_ok=True)
-        removed += 1
+    removed = sum(_remove(path) for path in kept(folder))
+    prune(folder, max_files=MAX_FILES, max_bytes=MAX_BYTES)
     return removed
 
 
