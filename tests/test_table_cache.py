@@ -3,7 +3,9 @@ tables reads them from the directory FLEETPLAN_CANDIDATE_CACHE names, equal to a
 same; other code, a damaged file or a directory others may write is never read; the `fleetplan` command turns
 the cache on at the user's cache directory."""
 
+import fcntl
 import logging
+import multiprocessing
 import os
 import pickle
 import time
@@ -268,3 +270,72 @@ def test_a_plan_reports_its_candidate_build_to_its_deadline(paper, folder):
     deadline = Deadline(time.monotonic() + 60, 60, on_stage=stages.append)
     plan(request, with_baselines=False, deadline=deadline)
     assert stages == [CANDIDATES, SOLVE]
+
+
+def _build_in_child(folder: str, log_file: str, pause_s: float) -> None:
+    """A process of its own asking for paper's tables; each build it makes is logged (and slowed)."""
+    os.environ[table_cache.ENV] = folder
+    candidates.clear_candidates_cache()
+    real = candidates._build_candidates
+
+    def logged(request, table):
+        with open(log_file, "a") as out:
+            out.write(f"{os.getpid()}\n")
+        time.sleep(pause_s)
+        return real(request, table)
+
+    candidates._build_candidates = logged
+    request = read_request(fixtures.request_path("paper"))
+    built = candidates.build_candidates(request, resolve_profiles(request))
+    os._exit(0 if len(built.pools) > 0 else 1)
+
+
+def test_two_processes_asking_for_the_same_new_tables_build_them_once(tmp_path):
+    """The second waits for the first's build (the lock) and reads its tables."""
+    context = multiprocessing.get_context("fork")
+    log_file = tmp_path / "builds"
+    args = (str(tmp_path / "cache"), str(log_file), 1.0)
+    children = [context.Process(target=_build_in_child, args=args) for _ in range(2)]
+    for child in children:
+        child.start()
+    for child in children:
+        child.join(60)
+    assert [child.exitcode for child in children] == [0, 0]
+    assert len(log_file.read_text().split()) == 1
+
+
+def test_a_builder_that_is_killed_holds_no_one_up(tmp_path):
+    context = multiprocessing.get_context("fork")
+    log_file = tmp_path / "builds"
+    folder = str(tmp_path / "cache")
+    stuck = context.Process(target=_build_in_child, args=(folder, str(log_file), 60.0))
+    stuck.start()
+    for _ in range(200):  # until it holds the lock and builds
+        if log_file.exists():
+            break
+        time.sleep(0.05)
+    stuck.kill()
+    stuck.join()
+    began = time.monotonic()
+    other = context.Process(target=_build_in_child, args=(folder, str(log_file), 0.0))
+    other.start()
+    other.join(60)
+    assert other.exitcode == 0
+    assert time.monotonic() - began < 30  # not the killed builder's 60 s
+    assert len(log_file.read_text().split()) == 2  # it built the tables itself
+
+
+def test_old_lock_files_no_one_holds_are_pruned(tmp_path):
+    held, free = tmp_path / "a.lock", tmp_path / "b.lock"
+    for path in (held, free):
+        path.write_bytes(b"")
+        old = time.time() - table_cache.STALE_TEMPORARY_S - 1
+        os.utime(path, (old, old))
+    handle = os.open(held, os.O_RDWR)
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        assert table_cache.prune(tmp_path) == 1
+        assert held.exists()
+        assert not free.exists()
+    finally:
+        os.close(handle)

@@ -341,24 +341,34 @@ def build_candidates(request: PlanRequest, table: ProfileTable) -> Candidates:
     The tables of the last CACHE_SIZE (profile set, fleet, classes, options) are kept: a request that
     differs from one of them only in demand, weights, budget, objective or solver options reuses them (the
     capacity model is most of the time of a plan) with its own `classes` demand and `request`. A process
-    that has not built them reads them from the disk cache when one is configured (`table_cache`)."""
+    that has not built them reads them from the disk cache when one is configured (`table_cache`), and
+    waits for another process that is building them."""
     key = candidates_key(request, table)
+    hit = _cached(key)
+    if hit is None:
+        with table_cache.building(key):  # another process building the same tables: wait, then read them
+            hit = _cached(key)
+            if hit is None:
+                hit = table_cache.load(key)
+            if hit is None:
+                hit = _build_candidates(request, table)
+                # kept on disk without the request (each hit takes its own) or derived arrays (rebuilt on use)
+                table_cache.save(key, dataclasses.replace(hit, request=None, memo={}))
+            with _cache_lock:
+                _cache[key] = hit
+                while len(_cache) > CACHE_SIZE:
+                    _cache.popitem(last=False)
+    demand = class_table(request)[["rate_rps", "weight"]]
+    return dataclasses.replace(hit, request=request, classes=hit.classes.assign(**demand))
+
+
+def _cached(key: bytes) -> Candidates | None:
+    """The tables kept in this process's memory under `key` (now the most recently used), or None."""
     with _cache_lock:
         hit = _cache.get(key)
         if hit is not None:
             _cache.move_to_end(key)
-    if hit is None:
-        hit = table_cache.load(key)
-        if hit is None:
-            hit = _build_candidates(request, table)
-            # kept on disk without the request (each hit takes its own) or derived arrays (rebuilt on use)
-            table_cache.save(key, dataclasses.replace(hit, request=None, memo={}))
-        with _cache_lock:
-            _cache[key] = hit
-            while len(_cache) > CACHE_SIZE:
-                _cache.popitem(last=False)
-    demand = class_table(request)[["rate_rps", "weight"]]
-    return dataclasses.replace(hit, request=request, classes=hit.classes.assign(**demand))
+    return hit
 
 
 def candidates_key(request: PlanRequest, table: ProfileTable) -> bytes:

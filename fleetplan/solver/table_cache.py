@@ -33,14 +33,21 @@ import stat
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from functools import cache
 from pathlib import Path
 from typing import Any
+
+try:
+    import fcntl
+except ImportError:  # not POSIX: no build lock, each process builds what it misses
+    fcntl = None  # type: ignore[assignment]
 
 ENV = "FLEETPLAN_CANDIDATE_CACHE"
 OFF = ("", "off", "0", "none")
 DEFAULT = "default"
 SUFFIX = ".pkl"
+LOCK = ".lock"  # one per key: who builds its tables now (`building`)
 TEMPORARY = ".tmp-"  # a file being written (then renamed); one left this long by a killed writer is removed
 STALE_TEMPORARY_S = 600.0
 # the bench's L instance pickles to about 10 MB, M to 1.5 MB, paper.json to 70 kB
@@ -166,6 +173,41 @@ def _read(path: Path, key: bytes) -> Any | None:
     return tables
 
 
+@contextlib.contextmanager
+def building(key: bytes) -> Iterator[None]:
+    """One build of a key's tables at a time among the user's processes: an exclusive lock on the key's
+    lock file, held while the caller reads the cache and, on a miss, builds and saves. A process that asks
+    for tables another is building waits for it and then reads them, instead of building them again (two
+    requests for a new fleet at once; the retry of a request whose build finishes past its deadline,
+    fleetplan/api/workers.py). The kernel drops the lock of a process that dies, so a builder that is killed
+    never holds the others up. Without a disk cache, or where no lock can be taken, nothing is held."""
+    handle = _lock(key)
+    try:
+        yield
+    finally:
+        if handle is not None:
+            os.close(handle)  # releases the lock
+
+
+def _lock(key: bytes) -> int | None:
+    folder = directory()
+    if folder is None or fcntl is None:
+        return None
+    handle = None
+    try:
+        if not _usable(folder):
+            return None
+        path = _path(folder, key).with_suffix(LOCK)
+        handle = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o600)
+        fcntl.flock(handle, fcntl.LOCK_EX)
+    except Exception as error:  # noqa: BLE001 - the cache never fails a plan: build without the lock
+        log.info("candidate cache: no build lock (%s: %s)", type(error).__name__, error)
+        if handle is not None:
+            os.close(handle)
+        return None
+    return handle
+
+
 def save(key: bytes, tables: Any) -> None:
     """Keep `tables` under `key` (atomically: a reader sees the old file or the whole new one), then drop
     the least recently used files beyond MAX_FILES or MAX_BYTES. Failures are logged, never raised."""
@@ -211,6 +253,8 @@ def prune(folder: Path, max_files: int = MAX_FILES, max_bytes: int = MAX_BYTES) 
             files.append((info.st_mtime, info.st_size, path))
         elif time.time() - info.st_mtime > STALE_TEMPORARY_S:
             removed += _remove(path)
+    for path in folder.glob("*" + LOCK):
+        removed += _remove_lock(path)
     files.sort(reverse=True)  # newest first
     total = 0
     for count, (_, size, path) in enumerate(files, start=1):
@@ -218,6 +262,27 @@ def prune(folder: Path, max_files: int = MAX_FILES, max_bytes: int = MAX_BYTES) 
         if count > max_files or total > max_bytes:
             removed += _remove(path)
     return removed
+
+
+def _remove_lock(path: Path) -> int:
+    """Remove a lock file STALE_TEMPORARY_S old that no process holds (1), else leave it (0). A process
+    that opened it just before may then build beside one that locks a new file: a build twice, no more."""
+    if fcntl is None:
+        return 0
+    try:
+        if time.time() - path.stat().st_mtime <= STALE_TEMPORARY_S:
+            return 0
+        handle = os.open(path, os.O_RDWR | getattr(os, "O_NOFOLLOW", 0))
+    except OSError:
+        return 0
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        path.unlink(missing_ok=True)
+    except OSError:  # held: a build is running
+        return 0
+    finally:
+        os.close(handle)
+    return 1
 
 
 def _remove(path: Path) -> int:
