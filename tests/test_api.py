@@ -451,6 +451,7 @@ def test_tables_that_outlast_the_time_limit_are_finished_and_the_retry_plans(
     assert_problem(response, 503, "options.time_limit_s", says="building this fleet's candidate tables")
     assert int(response.headers["retry-after"]) >= 1
     assert not built.exists()
+    assert "fleetplan_candidate_builds_finishing 1.0" in forking_client.get("/metrics").text
     for _ in range(100):  # the build ends about 1 s after the answer
         if built.exists():
             break
@@ -462,6 +463,7 @@ def test_tables_that_outlast_the_time_limit_are_finished_and_the_retry_plans(
     assert again.status_code == 200, again.text
     assert again.json()["status"] == "optimal"
     os.kill(builder, 0)  # the worker that built is alive, kept
+    assert "fleetplan_candidate_builds_finishing 0.0" in forking_client.get("/metrics").text
 
 
 def test_unexpected_error_is_a_generic_500(

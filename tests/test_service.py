@@ -293,6 +293,7 @@ def test_metrics_and_request_ids(tmp_path: Path) -> None:
     assert 'fleetplan_solves_total{kind="plan",outcome="plan"} 1.0' in text
     assert "fleetplan_plan_mip_gap_count 1.0" in text
     assert "fleetplan_solves_in_flight 0.0" in text
+    assert "fleetplan_candidate_builds_finishing 0.0" in text
 
 
 def test_every_planner_error_has_its_slug_and_status_in_the_one_map() -> None:

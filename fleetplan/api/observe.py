@@ -74,6 +74,11 @@ class Metrics:
         )
         self.in_flight = Gauge("fleetplan_solves_in_flight", "Solves running in worker processes", registry=r)
         self.queued = Gauge("fleetplan_solves_queued", "Requests waiting for a solver slot", registry=r)
+        self.finishing = Gauge(
+            "fleetplan_candidate_builds_finishing",
+            "Workers finishing a candidate build past their request's deadline (each holds a slot)",
+            registry=r,
+        )
         self.rejected = Counter(
             "fleetplan_solves_rejected",
             "Requests refused at once (503 + Retry-After): queue full",
@@ -97,6 +102,7 @@ async def metrics_endpoint(state: State) -> Response[bytes]:
     solves = state.solves
     metrics.in_flight.set(solves.running)
     metrics.queued.set(solves.waiting)
+    metrics.finishing.set(solves.finishing)
     return Response(content=metrics.render(), media_type=METRICS_MEDIA_TYPE)
 
 
