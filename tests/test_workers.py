@@ -267,3 +267,34 @@ def test_at_most_half_the_slots_finish_builds_at_once(tmp_path: Path) -> None:
         assert (made.running, made.finishing) == (0, 0)
     finally:
         made.kill_all()
+
+
+def _slow_plan(request: Any, store: Any, deadline: Any) -> None:
+    deadline.enter("candidates")
+    time.sleep(30)
+
+
+def _slow_solve(request: Any, store: Any, deadline: Any) -> None:
+    deadline.enter("candidates")
+    deadline.enter("solve")
+    time.sleep(30)
+
+
+def test_the_cli_says_when_its_time_ran_out_in_the_candidate_build(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The CLI's worker is stopped at the deadline with its build; its error says that, and what to do."""
+    from fleetplan import fixtures
+    from fleetplan.api import workers
+    from fleetplan.models.codec import read_request
+
+    monkeypatch.setattr(workers, "plan_in_child", _slow_plan)
+    request = read_request(fixtures.request_path("paper"))
+    began = time.monotonic()
+    with pytest.raises(DeadlineExceeded) as error:
+        workers.solve_blocking(request, None, time.monotonic() + 0.8)
+    assert time.monotonic() - began < 3
+    assert "building this fleet's candidate tables takes longer" in error.value.message
+    assert "larger time limit" in error.value.message
+    monkeypatch.setattr(workers, "plan_in_child", _slow_solve)
+    with pytest.raises(DeadlineExceeded) as other:
+        workers.solve_blocking(request, None, time.monotonic() + 0.5)
+    assert "building" not in other.value.message  # not building: the plain time-out

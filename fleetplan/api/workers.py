@@ -292,16 +292,31 @@ class Worker:
 def solve_blocking(
     request: PlanRequest, store: "ProfileStore | None", deadline_at: float, ctx: BaseContext | None = None
 ) -> Plan:
-    """Plan in a worker of its own; at `deadline_at` (time.monotonic()) kill it and raise DeadlineExceeded.
-    The CLI's way (it blocks, and plans once)."""
+    """Plan in a worker of its own; at `deadline_at` (time.monotonic()) kill it and raise DeadlineExceeded
+    (saying so when it was still building the candidate tables). The CLI's way (it blocks, and plans once)."""
     worker = Worker.start(ctx or cli_context())
     try:
         worker.send(worker.job(plan_in_child, (request, store), deadline_at, request.options.time_limit_s))
         if not worker.conn.poll(max(deadline_at + KILL_SLACK_S - time.monotonic(), 0)):
-            raise _timed_out(request)
+            raise _built_too_long(request) if worker.building() else _timed_out(request)
         return worker.receive().result  # type: ignore[no-any-return]
     finally:
         worker.stop()
+
+
+def _built_too_long(request: PlanRequest) -> DeadlineExceeded:
+    from fleetplan.solver import table_cache  # the CLI's parent has the solver imported
+
+    kept = (
+        "the tables are then kept on disk for every later plan of this fleet (`fleetplan cache`)"
+        if table_cache.directory() is not None
+        else "with FLEETPLAN_CANDIDATE_CACHE on, the tables would then be kept for every later plan"
+    )
+    msg = (
+        f"no plan within time_limit_s={request.options.time_limit_s:g}: building this fleet's candidate "
+        f"tables takes longer, and the build was stopped. Plan once with a larger time limit: {kept}"
+    )
+    return DeadlineExceeded(msg, field="options.time_limit_s")
 
 
 @dataclass
