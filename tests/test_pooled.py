@@ -93,10 +93,12 @@ def test_no_credit_when_the_deadline_leaves_too_little(link_bound):
     cand = build_candidates(link_bound, resolve_profiles(link_bound))
     outcome, _ = pipeline._solve(link_bound, cand)
     spent = Deadline.after(0.1 * 10.0)  # 10% of a 10 s budget left
-    late = Deadline(spent.at, 10.0)
+    late = Deadline(spent.at, 10.0, reserve_s=2.0)  # less left than the rest of the plan needs
     assert pooled.pool_credit(link_bound, cand, outcome, late) == (cand, outcome)
     credited = pooled.pool_credit(link_bound, cand, outcome, Deadline.after(10.0))
     assert credited[1].stages[-1].step == "pooled"
+    # the same second left, nothing held back for the rest: the credit's LPs take milliseconds here
+    assert pooled.pool_credit(link_bound, cand, outcome, Deadline.after(1.0))[1].stages[-1].step == "pooled"
 
 
 def test_the_summary_says_the_bound_is_the_milps_when_the_credit_served_more(link_bound, monkeypatch):

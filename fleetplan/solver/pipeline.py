@@ -10,7 +10,7 @@ import time
 import msgspec
 import numpy as np
 
-from fleetplan.models.errors import ProfileMissing, SolverFailure
+from fleetplan.models.errors import DeadlineExceeded, ProfileMissing, SolverFailure
 from fleetplan.models.plan import Baselines, Plan, PlanRequest, ProfileSetInfo, SolverInfo, WorkloadResult
 from fleetplan.models.workload import Workload
 from fleetplan.profiler.store import ProfileStore
@@ -18,13 +18,15 @@ from fleetplan.profiler.tables import ProfileTable, from_rows
 from fleetplan.solver import baselines, explain, extract
 from fleetplan.solver.backends import Termination, relative_gap
 from fleetplan.solver.candidates import Candidates, build_candidates, check_profiles_cover
-from fleetplan.solver.deadline import CANDIDATES, SOLVE, Deadline, seconds_left
+from fleetplan.solver.deadline import CANDIDATES, SOLVE, Deadline, after_solve_s, holding, seconds_left
 from fleetplan.solver.formulation import Churn, pool_cost, pool_keys, previous_by_key
 from fleetplan.solver.memo import per_table
 from fleetplan.solver.optimize import Outcome
 from fleetplan.solver.verify import verify
 from fleetplan.solver.window import optimize_or_fall_back, settle, unguarded_warnings
 
+# the least time limit worth giving the main solve under a deadline (less: DeadlineExceeded at once)
+MIN_SOLVE_S = 0.05
 _STATUS = {
     Termination.OPTIMAL: "optimal",
     Termination.FEASIBLE: "feasible",
@@ -92,7 +94,9 @@ def plan(
     """
     began = time.perf_counter()
     table, cand = _candidates(request, store, churn, deadline)
-    outcome, status = _solve(_within(request, deadline), cand, deadline)
+    # the main solve leaves what the window guard, the plan's assembly, baselines and verification need
+    solving = holding(deadline, sum(after_solve_s(len(cand.uses))))
+    outcome, status = _solve(_within(request, cand, solving), cand, solving)
     if outcome is not None:
         # the candidates (and request) the outcome solved: a min_cost request the fleet cannot serve is
         # settled and extracted as the max_goodput plan it falls back to
@@ -180,11 +184,21 @@ def _enter(deadline: Deadline | None, stage: str) -> None:
         deadline.enter(stage)
 
 
-def _within(request: PlanRequest, deadline: Deadline | None) -> PlanRequest:
-    """The request the optimizer sees: its time limit capped by what remains of the deadline."""
-    if deadline is None:
+def _within(request: PlanRequest, cand: Candidates, deadline: Deadline | None) -> PlanRequest:
+    """The request the optimizer sees: its time limit capped by what remains of the deadline, less what
+    the work after the solve needs (`deadline.reserve_s`). Raises DeadlineExceeded when that leaves the
+    solver less than MIN_SOLVE_S: the plan could not be assembled in time, whatever the solver found."""
+    if deadline is None or cand.uses.empty:
         return request
     limit = deadline.solver_time_limit(request.options.time_limit_s)
+    if limit < MIN_SOLVE_S:
+        msg = (
+            f"no plan within time_limit_s={deadline.budget_s:g} (the budget ran out after candidate "
+            f"generation: {max(deadline.remaining(), 0):.2f} s were left, and the work after the solve needs "
+            f"about {deadline.reserve_s:.2f} s for this request's {len(cand.uses):,} candidate uses); raise "
+            "time_limit_s or shrink the request"
+        )
+        raise DeadlineExceeded(msg, field="options.time_limit_s")
     if limit >= request.options.time_limit_s:
         return request
     return msgspec.structs.replace(
@@ -202,12 +216,23 @@ def _solve(request: PlanRequest, cand, deadline: Deadline | None = None) -> tupl
     if fell_back:
         return outcome, "infeasible"
     if outcome.values is None:
-        msg = (
-            f"solver {request.options.solver} found no plan ({outcome.termination}) within "
-            f"time_limit_s={request.options.time_limit_s}; raise the time limit or shrink the candidate set"
-        )
-        raise SolverFailure(msg, field="options.time_limit_s")
+        raise SolverFailure(_no_plan_message(request, outcome, deadline), field="options.time_limit_s")
     return outcome, _STATUS[outcome.termination]
+
+
+def _no_plan_message(request: PlanRequest, outcome: Outcome, deadline: Deadline | None) -> str:
+    """Why the solver gave no plan: within the request's time limit, or within what its deadline left."""
+    options = request.options
+    within = f"within time_limit_s={options.time_limit_s:g}"
+    if deadline is not None and options.time_limit_s < deadline.budget_s:
+        within = (
+            f"in the {options.time_limit_s:.2f} s that time_limit_s={deadline.budget_s:g} left the solve "
+            "(after candidate generation, less what the work after the solve needs)"
+        )
+    return (
+        f"solver {options.solver} found no plan ({outcome.termination}) {within}; raise the time limit or "
+        "shrink the candidate set"
+    )
 
 
 def _solution(cand, outcome, values) -> extract.Solution:

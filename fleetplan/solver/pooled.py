@@ -41,7 +41,9 @@ from fleetplan.solver.optimize import Outcome
 FLOW_EPS = 1e-9  # a use carries flow above this (RPS)
 MIN_GAIN = 1e-6  # relative goodput gain below which the MILP's plan is kept as it is
 TIME_LIMIT_S = 1.0  # the LP re-solve's own limit (it takes milliseconds)
-MIN_BUDGET_SHARE = 0.25  # of the request's time budget left after the solve, or the credit is skipped
+# under a deadline, the least LP time limit left (after the deadline's reserve for the plan's assembly,
+# baselines and verification) for the credit to begin, or its next step
+MIN_LP_S = 0.05
 
 
 def gives_flow_up(request: PlanRequest, cand: Candidates) -> bool:
@@ -56,9 +58,9 @@ def pool_credit(
     request: PlanRequest, cand: Candidates, outcome: Outcome, deadline: Deadline | None = None
 ) -> tuple[Candidates, Outcome]:
     """(candidates, outcome) with the pooled headroom of the module docstring, or the inputs unchanged
-    when it does not apply, serves no more, or `deadline` leaves less than MIN_BUDGET_SHARE of the
-    request's budget (the rest of the pipeline needs it: the credit is a gain, never a requirement)."""
-    if deadline is not None and deadline.remaining() < MIN_BUDGET_SHARE * deadline.budget_s:
+    when it does not apply, serves no more, or `deadline` leaves its LPs less than MIN_LP_S beyond its
+    reserve for the rest of the pipeline (the credit is a gain, never a requirement)."""
+    if _out_of_time(deadline):
         return cand, outcome
     if outcome.values is None or not gives_flow_up(request, cand):
         return cand, outcome
@@ -75,7 +77,7 @@ def pool_credit(
         best = trial
     shapes = _shape_tables(cand)
     for shape in _shapes_split(shapes, x):  # step 4: one pool per shape where the model credits it more
-        if deadline is not None and deadline.remaining() < MIN_BUDGET_SHARE * deadline.budget_s:
+        if _out_of_time(deadline):
             break
         merged = _merged(shapes, best.x, best.carrying, shape)
         trial = None if merged is None else _credited(cand, outcome, *merged, limit, calls)
@@ -92,6 +94,11 @@ def pool_credit(
     )
     pools = cand.pools.assign(rho=best.rho, pooled=np.where(best.raised, best.x, 1))
     return dataclasses.replace(cand, pools=pools), new_outcome
+
+
+def _out_of_time(deadline: Deadline | None) -> bool:
+    """Whether `deadline` leaves the credit's next LP less than MIN_LP_S (deadline.solver_time_limit)."""
+    return deadline is not None and deadline.solver_time_limit(TIME_LIMIT_S) < MIN_LP_S
 
 
 @dataclasses.dataclass(frozen=True)

@@ -38,7 +38,7 @@ from fleetplan.models.plan import PlanRequest
 from fleetplan.solver import capacity, scatter
 from fleetplan.solver.backends import Sense, SolveResult, Termination
 from fleetplan.solver.candidates import Candidates, keep_pools
-from fleetplan.solver.deadline import Deadline, seconds_left
+from fleetplan.solver.deadline import Deadline, after_solve_s, holding, seconds_left
 from fleetplan.solver.extract import capacity_used, served_by_class
 from fleetplan.solver.formulation import MatrixForm, use_demand
 from fleetplan.solver.headroom import pool_queues, pooled_rho
@@ -60,9 +60,11 @@ def settle(
     request: PlanRequest, cand: Candidates, outcome: Outcome, deadline: Deadline | None = None
 ) -> tuple[Candidates, Outcome]:
     """The plan's headroom after the MILP, as every caller applies it: the pooled credit (solver/pooled.py),
-    then the window guard (`window_guard`)."""
-    cand, outcome = pool_credit(request, cand, outcome, deadline)
-    return window_guard(request, cand, outcome, deadline)
+    then the window guard (`window_guard`). Under `deadline`, the credit leaves what the guard and the rest
+    of the plan need, and the guard what the rest needs (deadline.after_solve_s)."""
+    window_s, rest_s = after_solve_s(len(cand.uses))
+    cand, outcome = pool_credit(request, cand, outcome, holding(deadline, window_s + rest_s))
+    return window_guard(request, cand, outcome, holding(deadline, rest_s))
 
 
 def window_guard(

@@ -1,0 +1,89 @@
+"""A plan's wall-clock budget (fleetplan/solver/deadline.py): what the solve leaves for the work after it."""
+
+import time
+from types import SimpleNamespace
+
+import msgspec
+import pytest
+
+from fleetplan import fixtures
+from fleetplan.models.codec import read_request
+from fleetplan.models.errors import DeadlineExceeded
+from fleetplan.solver import pipeline
+from fleetplan.solver.deadline import SOLVE_SHARE, Deadline, after_solve_s, holding
+
+
+def _with_limit(request, seconds: float):
+    return msgspec.structs.replace(
+        request, options=msgspec.structs.replace(request.options, time_limit_s=seconds)
+    )
+
+
+def test_the_solver_leaves_the_larger_of_the_share_and_the_reserve():
+    at = time.monotonic() + 10.0
+    share = Deadline(at, 10.0).solver_time_limit(100.0)
+    assert SOLVE_SHARE * 10.0 - 0.1 < share <= SOLVE_SHARE * 10.0
+    reserved = Deadline(at, 10.0, reserve_s=4.0).solver_time_limit(100.0)
+    assert 6.0 - 0.1 < reserved <= 6.0
+    assert Deadline(at, 10.0, reserve_s=1.0).solver_time_limit(100.0) == pytest.approx(share, abs=0.1)
+    assert Deadline(at, 10.0, reserve_s=4.0).solver_time_limit(2.0) == 2.0  # never above what is asked
+    assert Deadline(at, 10.0, reserve_s=20.0).solver_time_limit(2.0) == 0.01  # the floor
+    assert holding(None, 3.0) is None
+    assert holding(Deadline(at, 10.0), 3.0) == Deadline(at, 10.0, reserve_s=3.0)
+
+
+def test_the_reserve_grows_with_the_model_and_stays_below_its_size_in_seconds():
+    small, medium, large = (sum(after_solve_s(n)) for n in (176, 2306, 18719))  # paper, the bench's M, L
+    assert 0.1 < small < medium < large
+    assert large < 5.0  # the bench's L plans in 10 s: its reserve must leave its solve most of them
+
+
+def test_a_plan_whose_deadline_leaves_less_than_its_reserve_is_refused_before_solving(monkeypatch):
+    request = read_request(fixtures.request_path("paper"))
+    monkeypatch.setattr(pipeline, "after_solve_s", lambda n: (20.0, 40.0))
+    solved = []
+    monkeypatch.setattr(pipeline, "optimize_or_fall_back", lambda *a: solved.append(a))
+    with pytest.raises(DeadlineExceeded) as caught:
+        pipeline.plan(request, deadline=Deadline.after(30.0))
+    assert not solved
+    assert caught.value.field == "options.time_limit_s"
+    message = str(caught.value)
+    assert "no plan within time_limit_s=30" in message
+    assert "needs about 60.00 s" in message
+    assert "176 candidate uses" in message
+
+
+def test_the_main_solve_leaves_the_models_reserve(monkeypatch):
+    """The solver's time limit under a deadline ends the reserve before it: seen by the solve itself."""
+    request = _with_limit(read_request(fixtures.request_path("link_bound")), 60.0)
+    monkeypatch.setattr(pipeline, "after_solve_s", lambda n: (1.0, 2.0))
+    seen = []
+    solve = pipeline._solve
+
+    def spy(request, cand, deadline=None):
+        seen.append((request.options.time_limit_s, deadline.remaining(), deadline.reserve_s))
+        return solve(request, cand, deadline)
+
+    monkeypatch.setattr(pipeline, "_solve", spy)
+    pipeline.plan(request, with_baselines=False, deadline=Deadline.after(4.5))
+    ((limit, remaining, reserve),) = seen
+    assert reserve == 3.0
+    assert remaining - 3.0 - 0.1 < limit < remaining - 3.0 + 0.05  # the limit was taken a moment before
+
+
+def test_the_pooled_credit_runs_in_what_the_solve_left_beyond_the_reserve():
+    """A 60 s budget of which 4 s remain when the plan begins (as after a long candidate build): the solver
+    stops with at least 20% of what remained, about 0.8 s, under a quarter of the budget (which skipped the
+    credit before) but more than the guard, the plan's assembly and verification need for link_bound, whose
+    pooled credit serves more than its MILP."""
+    request = _with_limit(read_request(fixtures.request_path("link_bound")), 60.0)
+    result = pipeline.plan(request, with_baselines=False, deadline=Deadline(time.monotonic() + 4.0, 60.0))
+    assert "pooled" in [stage.step for stage in result.solver.stages]
+
+
+def test_no_plan_in_the_time_the_deadline_left_says_so():
+    request = _with_limit(read_request(fixtures.request_path("paper")), 4.8638)
+    outcome = SimpleNamespace(termination="no_solution")
+    capped = pipeline._no_plan_message(request, outcome, Deadline.after(10.0))
+    assert "found no plan (no_solution) in the 4.86 s that time_limit_s=10 left the solve" in capped
+    assert "within time_limit_s=4.8638;" in pipeline._no_plan_message(request, outcome, None)
