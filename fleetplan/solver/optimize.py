@@ -67,6 +67,7 @@ LATER_RELAXATION_SHARE = 0.2
 # HiGHS options per solver call, on top of the backend's own (docs/solvers.md, "HiGHS options" has the
 # measurements behind each): keyed by (step, stage), then by step; a call with no entry runs at the defaults.
 STAGE_TUNING: dict[tuple[str, str] | str, dict[str, bool | int | float | str]] = {
+    "relaxation": {"presolve": "off"},
     "primary": {"mip_heuristic_run_rins": False},
     # the cost MIP with every class served in full: min_cost's first stage and the folded tie-break
     ("primary", "cost"): {"presolve": "off"},
