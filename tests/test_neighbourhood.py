@@ -112,3 +112,25 @@ def test_the_search_runs_only_where_the_first_lp_is_slow(monkeypatch, paper):
     assert last < steps.index("primary")
     assert all(r.kind == "submip" for r in searched.stages if r.step == "neighbourhood")
     assert searched.primary_value == pytest.approx(plain.primary_value, rel=request.options.mip_rel_gap)
+
+
+@pytest.mark.parametrize(("root_lps", "share"), [(1.0, opt.LNS_UNTIL), (1e9, opt.LNS_LAST)])
+def test_the_search_keeps_the_full_mips_share_only_where_its_root_fits(monkeypatch, paper, root_lps, share):
+    """The search ends at LNS_UNTIL of the time limit where the full MIP's share after it holds ROOT_LPS
+    first LP relaxations (paper's LP: milliseconds, against 4 s), at LNS_LAST where it does not (ROOT_LPS
+    so large that no share holds it): seen as the time the search is given, at a 10 s limit."""
+    request, cand, _, _ = paper
+    monkeypatch.setattr(opt, "LNS_LP_S", 0.0)
+    monkeypatch.setattr(opt, "ROOT_LPS", root_lps)
+    given = []
+
+    def improve(cand, form, cols, start, x_lp, stage, solve, time_left, call_s):
+        given.append(time_left())
+        return start
+
+    monkeypatch.setattr(opt, "improve", improve)
+    searched = opt.optimize(request, cand)
+    start_ended_s = next(r for r in searched.stages if r.step == "start").ended_ms / 1e3  # since began
+    (left,) = given
+    expected = share * request.options.time_limit_s - start_ended_s
+    assert expected - 0.2 < left <= expected + 0.01

@@ -94,6 +94,12 @@ LNS_LP_S = 0.2
 # sub-MIP at most LNS_CALL_SHARE of it.
 LNS_UNTIL = 0.6
 LNS_CALL_SHARE = 0.1
+# ... but only where the full MIP's share (1 - LNS_UNTIL of the time limit) is at least ROOT_LPS times the
+# first LP relaxation: with less, its presolve, root LP and cuts leave the LP's bound where it was, and the
+# search makes more of the time; it then runs until LNS_LAST of the time limit (session 32, docs/solvers.md
+# "Neighbourhoods on large instances": L at 10 s, five seeds, and L at 30 s, two).
+ROOT_LPS = 5.0
+LNS_LAST = 0.95
 # The least time limit a solver call is given, even once the deadline has passed (s).
 MIN_CALL_S = 0.01
 # LP values within this of an integer count as that integer when flooring and ceiling them.
@@ -461,14 +467,16 @@ def search_neighbourhoods(
     solver: _Solver,
     start: np.ndarray | None,
 ) -> np.ndarray | None:
-    """Step 3b: `start` improved by neighbourhood.improve until LNS_UNTIL of the time limit on a large
+    """Step 3b: `start` improved by neighbourhood.improve until `search_share` of the time limit on a large
     instance (is_large: the full MIP's root would not end in time); `start` itself elsewhere. Each sub-MIP
     is recorded as step "neighbourhood"."""
     clock, options = solver.clock, solver.clock.options
     if start is None or not relaxed or relaxed[0].values is None or not is_large(relaxed[0]):
         return start
     name, sense = stage
-    until = min(clock.began + LNS_UNTIL * options.time_limit_s, clock.deadline)
+    until = min(
+        clock.began + search_share(relaxed[0], options.time_limit_s) * options.time_limit_s, clock.deadline
+    )
 
     def solve(form: MatrixForm, limit: float, begin: np.ndarray) -> SolveResult:
         return solver.call(
@@ -494,6 +502,12 @@ def search_neighbourhoods(
         lambda: until - time.perf_counter(),
         LNS_CALL_SHARE * options.time_limit_s,
     )
+
+
+def search_share(first_lp: SolveResult, time_limit_s: float) -> float:
+    """The share of the time limit the neighbourhood search runs for: LNS_UNTIL where the full MIP's share
+    after it holds ROOT_LPS first LP relaxations, LNS_LAST where it does not."""
+    return LNS_UNTIL if (1 - LNS_UNTIL) * time_limit_s >= ROOT_LPS * first_lp.seconds else LNS_LAST
 
 
 def hint_rows(x: np.ndarray) -> np.ndarray:
