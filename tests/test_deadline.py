@@ -87,3 +87,22 @@ def test_no_plan_in_the_time_the_deadline_left_says_so():
     capped = pipeline._no_plan_message(request, outcome, Deadline.after(10.0))
     assert "found no plan (no_solution) in the 4.86 s that time_limit_s=10 left the solve" in capped
     assert "within time_limit_s=4.8638;" in pipeline._no_plan_message(request, outcome, None)
+
+
+def test_a_small_time_limit_of_the_request_is_not_the_deadlines(monkeypatch):
+    """A request asking 10 ms of solver time under a generous deadline is solved with its 10 ms, not
+    refused as if the deadline had run out."""
+    request = _with_limit(read_request(fixtures.request_path("paper")), 0.01)
+    seen = []
+
+    class Solved(Exception):
+        pass
+
+    def optimize(request, *args):
+        seen.append(request.options.time_limit_s)
+        raise Solved
+
+    monkeypatch.setattr(pipeline, "optimize_or_fall_back", optimize)
+    with pytest.raises(Solved):
+        pipeline.plan(request, deadline=Deadline.after(30.0))
+    assert seen == [0.01]

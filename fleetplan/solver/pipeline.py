@@ -190,8 +190,7 @@ def _within(request: PlanRequest, cand: Candidates, deadline: Deadline | None) -
     solver less than MIN_SOLVE_S: the plan could not be assembled in time, whatever the solver found."""
     if deadline is None or cand.uses.empty:
         return request
-    limit = deadline.solver_time_limit(request.options.time_limit_s)
-    if limit < MIN_SOLVE_S:
+    if deadline.solver_time_limit(float("inf")) < MIN_SOLVE_S:  # the deadline's room, not the request's
         msg = (
             f"no plan within time_limit_s={deadline.budget_s:g} (the budget ran out after candidate "
             f"generation: {max(deadline.remaining(), 0):.2f} s were left, and the work after the solve needs "
@@ -199,6 +198,7 @@ def _within(request: PlanRequest, cand: Candidates, deadline: Deadline | None) -
             "time_limit_s or shrink the request"
         )
         raise DeadlineExceeded(msg, field="options.time_limit_s")
+    limit = deadline.solver_time_limit(request.options.time_limit_s)
     if limit >= request.options.time_limit_s:
         return request
     return msgspec.structs.replace(
