@@ -53,32 +53,67 @@ def test_a_plan_whose_deadline_leaves_less_than_its_reserve_is_refused_before_so
     assert "176 candidate uses" in message
 
 
-def test_the_main_solve_leaves_the_models_reserve(monkeypatch):
-    """The solver's time limit under a deadline ends the reserve before it: seen by the solve itself."""
-    request = _with_limit(read_request(fixtures.request_path("link_bound")), 60.0)
-    monkeypatch.setattr(pipeline, "after_solve_s", lambda n: (1.0, 2.0))
+class _Solved(Exception):
+    pass
+
+
+def _solver_sees(monkeypatch, request, deadline) -> tuple[float, float, float]:
+    """(time limit, seconds left, reserve) the main solve is handed by plan() under `deadline`."""
     seen = []
-    solve = pipeline._solve
 
-    def spy(request, cand, deadline=None):
+    def optimize(request, cand, deadline):
         seen.append((request.options.time_limit_s, deadline.remaining(), deadline.reserve_s))
-        return solve(request, cand, deadline)
+        raise _Solved
 
-    monkeypatch.setattr(pipeline, "_solve", spy)
-    pipeline.plan(request, with_baselines=False, deadline=Deadline.after(4.5))
-    ((limit, remaining, reserve),) = seen
-    assert reserve == 3.0
-    assert remaining - 3.0 - 0.1 < limit < remaining - 3.0 + 0.05  # the limit was taken a moment before
+    monkeypatch.setattr(pipeline, "optimize_or_fall_back", optimize)
+    with pytest.raises(_Solved):
+        pipeline.plan(request, deadline=deadline)
+    (limit_left_reserve,) = seen
+    return limit_left_reserve
+
+
+@pytest.mark.parametrize(("objective", "held"), [("max_goodput", 10.0), ("min_cost", 6.0)])
+def test_the_main_solve_leaves_the_models_reserve(monkeypatch, objective, held):
+    """The solver's time limit under a deadline ends the reserve before it: the guard's part (4 s here) and
+    the rest's (6 s); a min_cost plan, which the window guard does not touch, holds back only the rest."""
+    request = _with_limit(read_request(fixtures.request_path("link_bound")), 60.0)
+    options = msgspec.structs.replace(request.options, objective=objective)
+    request = msgspec.structs.replace(request, options=options)
+    monkeypatch.setattr(pipeline, "after_solve_s", lambda n: (4.0, 6.0))
+    limit, left, reserve = _solver_sees(monkeypatch, request, Deadline.after(30.0))
+    assert reserve == held
+    assert left - held <= limit < left - held + 0.5  # the limit was taken a moment before
 
 
 def test_the_pooled_credit_runs_in_what_the_solve_left_beyond_the_reserve():
-    """A 60 s budget of which 4 s remain when the plan begins (as after a long candidate build): the solver
-    stops with at least 20% of what remained, about 0.8 s, under a quarter of the budget (which skipped the
-    credit before) but more than the guard, the plan's assembly and verification need for link_bound, whose
-    pooled credit serves more than its MILP."""
+    """A 60 s budget of which 10 s remain when the plan begins (as after a long candidate build): the solve
+    leaves at least 20% of that, 2 s, under a quarter of the budget (which skipped the credit before) but
+    far more than the guard, the plan's assembly and verification need for link_bound, whose pooled credit
+    serves more than its MILP."""
     request = _with_limit(read_request(fixtures.request_path("link_bound")), 60.0)
-    result = pipeline.plan(request, with_baselines=False, deadline=Deadline(time.monotonic() + 4.0, 60.0))
+    result = pipeline.plan(request, with_baselines=False, deadline=Deadline(time.monotonic() + 10.0, 60.0))
     assert "pooled" in [stage.step for stage in result.solver.stages]
+
+
+def test_the_window_guard_holds_back_only_the_share(monkeypatch):
+    """settle: the pooled credit (a gain) gives way to the reserve, the window guard (the promise) never."""
+    from fleetplan.solver import window
+
+    handed = {}
+
+    def credit(request, cand, outcome, deadline):
+        handed["credit"] = deadline.reserve_s
+        return cand, outcome
+
+    def guard(request, cand, outcome, deadline):
+        handed["guard"] = deadline.reserve_s
+        return cand, outcome
+
+    monkeypatch.setattr(window, "pool_credit", credit)
+    monkeypatch.setattr(window, "window_guard", guard)
+    cand = SimpleNamespace(uses=range(2306))
+    window.settle(None, cand, None, Deadline.after(10.0))
+    assert handed == {"credit": pytest.approx(sum(after_solve_s(2306))), "guard": 0.0}
 
 
 def test_no_plan_in_the_time_the_deadline_left_says_so():
@@ -93,16 +128,5 @@ def test_a_small_time_limit_of_the_request_is_not_the_deadlines(monkeypatch):
     """A request asking 10 ms of solver time under a generous deadline is solved with its 10 ms, not
     refused as if the deadline had run out."""
     request = _with_limit(read_request(fixtures.request_path("paper")), 0.01)
-    seen = []
-
-    class Solved(Exception):
-        pass
-
-    def optimize(request, *args):
-        seen.append(request.options.time_limit_s)
-        raise Solved
-
-    monkeypatch.setattr(pipeline, "optimize_or_fall_back", optimize)
-    with pytest.raises(Solved):
-        pipeline.plan(request, deadline=Deadline.after(30.0))
-    assert seen == [0.01]
+    limit, _, _ = _solver_sees(monkeypatch, request, Deadline.after(30.0))
+    assert limit == 0.01

@@ -454,3 +454,31 @@ def test_a_churn_limited_min_cost_replan_is_planned_on_the_guards_headroom():
     assert kept.status == "optimal"
     assert diff(first, kept).moves == 0
     assert [w for w in kept.warnings if w.startswith("window:")]
+
+
+def test_a_guard_round_whose_lp_stops_keeps_the_headroom_its_flows_were_solved_for(monkeypatch):
+    """A later round of the guard whose LP stops without a plan (its time limit) leaves the plan of the
+    round before with that round's headroom, not the lowered headroom with the old flows (which verify
+    refused: a pool 'needs 0.597 instance-loads > 0.4 * 1')."""
+    from fleetplan import fixtures
+    from fleetplan.models.codec import read_request
+    from fleetplan.solver import window
+
+    request = read_request(fixtures.request_path("link_bound"))
+    guarded_rho, solve_fixed = window._guarded_rho, window._solve_fixed
+    calls = {"guard": 0, "solve": 0}
+
+    def guard(cand, outcome, values, rho):
+        calls["guard"] += 1
+        lowered = guarded_rho(cand, outcome, values, rho)
+        return rho * 0.5 if calls["guard"] == 2 and lowered is None else lowered  # a second round lowers
+
+    def solve(*args):
+        calls["solve"] += 1
+        return None if calls["solve"] == 2 else solve_fixed(*args)  # and its LP stops without a plan
+
+    monkeypatch.setattr(window, "_guarded_rho", guard)
+    monkeypatch.setattr(window, "_solve_fixed", solve)
+    result = plan(request, with_baselines=False)  # verify() inside: the plan holds at its headroom
+    assert calls["solve"] == 2
+    assert result.status in ("optimal", "feasible")

@@ -23,7 +23,7 @@ from fleetplan.solver.formulation import Churn, pool_cost, pool_keys, previous_b
 from fleetplan.solver.memo import per_table
 from fleetplan.solver.optimize import Outcome
 from fleetplan.solver.verify import verify
-from fleetplan.solver.window import optimize_or_fall_back, settle, unguarded_warnings
+from fleetplan.solver.window import guard_applies, optimize_or_fall_back, settle, unguarded_warnings
 
 # the least time limit worth giving the main solve under a deadline (less: DeadlineExceeded at once)
 MIN_SOLVE_S = 0.05
@@ -94,8 +94,10 @@ def plan(
     """
     began = time.perf_counter()
     table, cand = _candidates(request, store, churn, deadline)
-    # the main solve leaves what the window guard, the plan's assembly, baselines and verification need
-    solving = holding(deadline, sum(after_solve_s(len(cand.uses))))
+    # the main solve leaves what the window guard (where it applies), the plan's assembly, baselines and
+    # verification need
+    window_s, rest_s = after_solve_s(len(cand.uses))
+    solving = holding(deadline, rest_s + (window_s if guard_applies(request, cand) else 0.0))
     outcome, status = _solve(_within(request, cand, solving), cand, solving)
     if outcome is not None:
         # the candidates (and request) the outcome solved: a min_cost request the fleet cannot serve is

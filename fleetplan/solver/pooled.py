@@ -68,11 +68,10 @@ def pool_credit(
     cols, values = outcome.columns, outcome.values
     x = np.round(values[: cols.n_pools]).astype(np.int64)
     carrying = values[cols.use_offset : cols.chain_offset] > FLOW_EPS
-    limit = TIME_LIMIT_S if deadline is None else deadline.solver_time_limit(TIME_LIMIT_S)
     goodput = outcome.form.objectives["goodput"]
     best = _Credit(float(goodput @ values), x, carrying, None, None, None)
     calls: list[tuple[str, SolveResult, float]] = []  # every LP of the pass, for the stage records
-    trial = _credited(cand, outcome, x, carrying, limit, calls)
+    trial = _credited(cand, outcome, x, carrying, _lp_limit(deadline), calls)
     if trial is not None and trial.value > best.value * (1 + MIN_GAIN):
         best = trial
     shapes = _shape_tables(cand)
@@ -80,7 +79,7 @@ def pool_credit(
         if _out_of_time(deadline):
             break
         merged = _merged(shapes, best.x, best.carrying, shape)
-        trial = None if merged is None else _credited(cand, outcome, *merged, limit, calls)
+        trial = None if merged is None else _credited(cand, outcome, *merged, _lp_limit(deadline), calls)
         if trial is not None and trial.value > best.value * (1 + MIN_GAIN):
             best = trial
     if best.result is None:
@@ -96,9 +95,14 @@ def pool_credit(
     return dataclasses.replace(cand, pools=pools), new_outcome
 
 
+def _lp_limit(deadline: Deadline | None) -> float:
+    """The next LP's time limit: TIME_LIMIT_S, within what `deadline` leaves beyond its reserve now."""
+    return TIME_LIMIT_S if deadline is None else deadline.solver_time_limit(TIME_LIMIT_S)
+
+
 def _out_of_time(deadline: Deadline | None) -> bool:
-    """Whether `deadline` leaves the credit's next LP less than MIN_LP_S (deadline.solver_time_limit)."""
-    return deadline is not None and deadline.solver_time_limit(TIME_LIMIT_S) < MIN_LP_S
+    """Whether `deadline` leaves the credit's next LP less than MIN_LP_S (`_lp_limit`)."""
+    return _lp_limit(deadline) < MIN_LP_S
 
 
 @dataclasses.dataclass(frozen=True)

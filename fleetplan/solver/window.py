@@ -61,10 +61,10 @@ def settle(
 ) -> tuple[Candidates, Outcome]:
     """The plan's headroom after the MILP, as every caller applies it: the pooled credit (solver/pooled.py),
     then the window guard (`window_guard`). Under `deadline`, the credit leaves what the guard and the rest
-    of the plan need, and the guard what the rest needs (deadline.after_solve_s)."""
-    window_s, rest_s = after_solve_s(len(cand.uses))
-    cand, outcome = pool_credit(request, cand, outcome, holding(deadline, window_s + rest_s))
-    return window_guard(request, cand, outcome, holding(deadline, rest_s))
+    of the plan need (deadline.after_solve_s: a gain, it gives way); the guard, which keeps the promise,
+    holds back only the deadline's share, so that it is never starved by the estimate."""
+    cand, outcome = pool_credit(request, cand, outcome, holding(deadline, sum(after_solve_s(len(cand.uses)))))
+    return window_guard(request, cand, outcome, deadline)
 
 
 def window_guard(
@@ -84,11 +84,10 @@ def window_guard(
         guarded = _guarded_rho(cand, outcome, values, rho)
         if guarded is None:
             break
-        rho = guarded
-        result = _solve_fixed(request, cand, outcome, values, rho, limit, calls)
-        if result is None:
+        result = _solve_fixed(request, cand, outcome, values, guarded, limit, calls)
+        if result is None:  # the headroom stays with the flows it was solved for
             break
-        values = result.values
+        rho, values = guarded, result.values
     if not calls or values is outcome.values:
         return cand, outcome
     ms = (time.perf_counter() - began) * 1e3
