@@ -482,3 +482,21 @@ def test_a_guard_round_whose_lp_stops_keeps_the_headroom_its_flows_were_solved_f
     result = plan(request, with_baselines=False)  # verify() inside: the plan holds at its headroom
     assert calls["solve"] == 2
     assert result.status in ("optimal", "feasible")
+
+
+def test_a_guarded_plan_whose_guard_stopped_says_where_a_window_may_break(monkeypatch):
+    """A max_goodput plan whose guard LP stops without a plan (its time limit) goes out at the MILP's
+    headroom: it says so per pool, as an unguarded min_cost plan does, where before it said nothing.
+    paper.json's plan, guarded as usual, carries no such warning; unguarded, two pools run above what the
+    guard allows."""
+    from fleetplan import fixtures
+    from fleetplan.models.codec import read_request
+    from fleetplan.solver import window
+
+    request = read_request(fixtures.request_path("paper"))
+    assert not [w for w in plan(request, with_baselines=False).warnings if w.startswith("window:")]
+    monkeypatch.setattr(window, "_solve_fixed", lambda *args: None)
+    stopped = [w for w in plan(request, with_baselines=False).warnings if w.startswith("window:")]
+    assert stopped
+    reason = "(the window guard stopped before it held: its four rounds ended, or its LP ran out of time)"
+    assert all(w.endswith(reason) for w in stopped)

@@ -328,14 +328,12 @@ def _unlocked(form: MatrixForm) -> MatrixForm:
 
 
 def unguarded_warnings(request: PlanRequest, cand: Candidates, outcome: Outcome | None) -> list[str]:
-    """Where the guard does not apply (a `min_cost` plan under the queueing model whose rounds of
-    `optimize_guarded` ran out first, or a churn-limited `min_cost` re-plan whose move limit the capped tables
-    would break), one warning per pool that runs above the headroom the guard would give it: the plan keeps
-    the MILP's, and one judged window may break the classes that pool carries more than WINDOW_DELTA of the
-    time."""
+    """Where the guard did not hold (a `min_cost` plan under the queueing model whose rounds of
+    `optimize_guarded` ran out first, a churn-limited `min_cost` re-plan whose move limit the capped tables
+    would break, or a guarded plan whose `window_guard` LP stopped without a plan or whose rounds ended), one
+    warning per pool that runs above the headroom the guard would give it: the plan keeps the MILP's, and
+    one judged window may break the classes that pool carries more than WINDOW_DELTA of the time."""
     if outcome is None or outcome.values is None or request.options.capacity_model != "queueing":
-        return []
-    if guard_applies(request, cand):
         return []
     rho = cand.pools["rho"].to_numpy(float)
     guarded = _guarded_rho(cand, outcome, outcome.values, rho)
@@ -347,6 +345,7 @@ def unguarded_warnings(request: PlanRequest, cand: Candidates, outcome: Outcome 
     x = np.round(outcome.values[: cols.n_pools])
     running = np.divide(capacity_used(cand, flow), x, out=np.zeros(len(rho)), where=x > 0)
     names = [w.name for w in request.workloads]
+    why = _GUARD_STOPPED if guard_applies(request, cand) else _GUARD_NOT_APPLIED
     return [
         _window_warning(
             cand.pools.iloc[p],
@@ -356,8 +355,18 @@ def unguarded_warnings(request: PlanRequest, cand: Candidates, outcome: Outcome 
             uses["w"].to_numpy()[pool == p],
             flow[pool == p],
         )
+        + why
         for p in np.flatnonzero(running > guarded + 1e-9)
     ]
+
+
+_GUARD_NOT_APPLIED = (
+    " (the window guard did not apply: a min_cost plan's re-solves stop after four rounds, at the time "
+    "limit, or where a re-plan's max_moves leaves no plan on the guard's headroom)"
+)
+_GUARD_STOPPED = (
+    " (the window guard stopped before it held: its four rounds ended, or its LP ran out of time)"
+)
 
 
 def _window_warning(
@@ -368,7 +377,5 @@ def _window_warning(
     where = f"{pool['owner']} {pool['role']} pool on {pool['device']} (batch {pool['batch']})"
     return (
         f"window: the {where} runs at {running:.3f} of its full-batch rate; {above}, one 600 s window may "
-        f"break {carried} more than {scatter.WINDOW_DELTA:.0%} of the time (the window guard did not apply: "
-        "a min_cost plan's re-solves stop after four rounds, at the time limit, or where a re-plan's "
-        "max_moves leaves no plan on the guard's headroom)"
+        f"break {carried} more than {scatter.WINDOW_DELTA:.0%} of the time"
     )
