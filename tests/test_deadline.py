@@ -130,3 +130,32 @@ def test_a_small_time_limit_of_the_request_is_not_the_deadlines(monkeypatch):
     request = _with_limit(read_request(fixtures.request_path("paper")), 0.01)
     limit, _, _ = _solver_sees(monkeypatch, request, Deadline.after(30.0))
     assert limit == 0.01
+
+
+def test_a_min_cost_fallback_gets_what_is_left_of_the_limit(monkeypatch):
+    """A min_cost request the fleet cannot serve falls back to the max-goodput plan, which gets the time
+    limit less what the min_cost attempt took (before: the whole limit again, past a deadline)."""
+    from fleetplan.solver import window
+    from fleetplan.solver.backends import Termination
+    from fleetplan.solver.candidates import build_candidates
+
+    request = _with_limit(read_request(fixtures.request_path("paper")), 5.0)
+    options = msgspec.structs.replace(request.options, objective="min_cost")
+    request = msgspec.structs.replace(request, options=options)
+
+    def infeasible(request, cand, deadline):
+        time.sleep(0.5)
+        return SimpleNamespace(termination=Termination.INFEASIBLE)
+
+    limits = []
+
+    def optimize(request, cand):
+        limits.append(request.options.time_limit_s)
+        return "max_goodput"
+
+    monkeypatch.setattr(window, "optimize_guarded", infeasible)
+    monkeypatch.setattr(window, "optimize", optimize)
+    cand = build_candidates(request, pipeline.resolve_profiles(request))
+    assert window.optimize_or_fall_back(request, cand, None) == ("max_goodput", True)
+    (limit,) = limits
+    assert 4.0 < limit <= 4.5

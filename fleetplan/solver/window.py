@@ -143,11 +143,14 @@ def optimize_or_fall_back(
 ) -> tuple[Outcome, bool]:
     """optimize_guarded(), and for a min_cost request the fleet cannot serve (within the promise) the
     max-goodput plan instead, so the user sees what the fleet can do: (outcome, whether it fell back).
-    plan() and the what-if points both solve through here."""
+    plan() and the what-if points both solve through here. The max-goodput plan gets what is left of the
+    time limit (and of `deadline`), at least MIN_ROUND_S."""
+    began = time.perf_counter()
     outcome = optimize_guarded(request, cand, deadline)
     if outcome.termination is not Termination.INFEASIBLE or request.options.objective != "min_cost":
         return outcome, False
-    options = msgspec.structs.replace(request.options, objective="max_goodput")
+    left = max(seconds_left(request.options.time_limit_s, began, deadline), MIN_ROUND_S)
+    options = msgspec.structs.replace(request.options, objective="max_goodput", time_limit_s=left)
     as_goodput = msgspec.structs.replace(request, options=options)
     return optimize(as_goodput, dataclasses.replace(cand, request=as_goodput)), True
 
