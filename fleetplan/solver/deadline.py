@@ -38,14 +38,14 @@ def after_solve_s(n_uses: int) -> tuple[float, float]:
 
 def holding(deadline: "Deadline | None", seconds: float) -> "Deadline | None":
     """`deadline` holding `seconds` back from its solver time limits (None stays None)."""
-    return None if deadline is None else deadline.reserving(seconds)
+    return None if deadline is None else replace(deadline, reserve_s=seconds)
 
 
 @dataclass(frozen=True)
 class Deadline:
     """`at`: a time.monotonic() value; `budget_s`: the request's time_limit_s (for messages); `on_stage`
     (optional): told each stage as it begins (`enter`); `reserve_s`: what the work after the solver's
-    stage needs, held back from its time limit (`reserving`)."""
+    stage needs, held back from its time limit (`holding`)."""
 
     at: float
     budget_s: float
@@ -74,10 +74,6 @@ class Deadline:
                 "raise time_limit_s or shrink the request"
             )
             raise DeadlineExceeded(msg, field="options.time_limit_s")
-
-    def reserving(self, seconds: float) -> "Deadline":
-        """The same deadline, holding `seconds` back from every solver time limit (`solver_time_limit`)."""
-        return replace(self, reserve_s=seconds)
 
     def solver_time_limit(self, requested: float) -> float:
         """The time limit to give the optimizer now: never above `requested`, and ending early enough to

@@ -5,6 +5,7 @@ explain -> baselines -> verify.
 """
 
 import dataclasses
+import math
 import time
 
 import msgspec
@@ -192,7 +193,8 @@ def _within(request: PlanRequest, cand: Candidates, deadline: Deadline | None) -
     solver less than MIN_SOLVE_S: the plan could not be assembled in time, whatever the solver found."""
     if deadline is None or cand.uses.empty:
         return request
-    if deadline.solver_time_limit(float("inf")) < MIN_SOLVE_S:  # the deadline's room, not the request's
+    room = deadline.solver_time_limit(math.inf)  # the deadline's, whatever the request asks
+    if room < MIN_SOLVE_S:
         msg = (
             f"no plan within time_limit_s={deadline.budget_s:g} (the budget ran out after candidate "
             f"generation: {max(deadline.remaining(), 0):.2f} s were left, and the work after the solve needs "
@@ -200,7 +202,7 @@ def _within(request: PlanRequest, cand: Candidates, deadline: Deadline | None) -
             "time_limit_s or shrink the request"
         )
         raise DeadlineExceeded(msg, field="options.time_limit_s")
-    limit = deadline.solver_time_limit(request.options.time_limit_s)
+    limit = min(request.options.time_limit_s, room)
     if limit >= request.options.time_limit_s:
         return request
     return msgspec.structs.replace(

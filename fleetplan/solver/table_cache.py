@@ -165,8 +165,7 @@ def _read(path: Path, key: bytes) -> Any | None:
             log.info("candidate cache: %s unreadable (%s): removed", path.name, type(error).__name__)
             fingerprint = stored_key = tables = None
     if fingerprint != code_fingerprint() or stored_key != key:
-        with contextlib.suppress(OSError):
-            path.unlink(missing_ok=True)
+        _remove(path)
         return None
     with contextlib.suppress(OSError):
         os.utime(path)  # least recently used goes first
@@ -234,8 +233,7 @@ def _write(folder: Path, path: Path, record: tuple) -> None:
             out.write(data)
         os.replace(temporary, path)
     except BaseException:
-        with contextlib.suppress(OSError):
-            Path(temporary).unlink(missing_ok=True)
+        _remove(Path(temporary))
         raise
 
 
@@ -300,7 +298,7 @@ def clear(folder: Path | None = None) -> int:
     if folder is None or not folder.is_dir():
         return 0
     removed = sum(_remove(path) for path in kept(folder))
-    prune(folder, max_files=MAX_FILES, max_bytes=MAX_BYTES)
+    prune(folder)  # the stale temporary files and locks
     return removed
 
 
