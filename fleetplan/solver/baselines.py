@@ -22,15 +22,18 @@ from fleetplan.solver.candidates import Candidates, keep_pools
 
 @dataclass(frozen=True)
 class Usage:
-    """What a baseline uses: devices per type and their cost per hour (the Plan shows only its RPS)."""
+    """What a baseline uses: devices per type and their cost per hour (the Plan shows only its RPS), and
+    for the greedy baseline its instances per candidate pool (in cand.pools' order; the solver's greedy
+    start, optimize.primal_start)."""
 
     devices: dict[str, int]
     cost_per_hour: float
+    instances: np.ndarray | None = None
 
 
-def _usage(request: PlanRequest, devices: dict[str, int]) -> Usage:
+def _usage(request: PlanRequest, devices: dict[str, int], instances: np.ndarray | None = None) -> Usage:
     price = {d.name: d.cost_per_hour for d in request.devices}
-    return Usage(devices, float(sum(price[name] * n for name, n in devices.items())))
+    return Usage(devices, float(sum(price[name] * n for name, n in devices.items())), instances)
 
 
 def baseline_device(request: PlanRequest) -> str | None:
@@ -119,6 +122,8 @@ def _pairings(cand: Candidates) -> pd.DataFrame:
         pd.DataFrame(
             {
                 "w": colocated["w"],
+                "pool_p": colocated["pool"],
+                "pool_d": -1,
                 "device_p": colocated["device"],
                 "tp_p": colocated["tp"],
                 "per_p": colocated["per_instance"],
@@ -131,6 +136,8 @@ def _pairings(cand: Candidates) -> pd.DataFrame:
         pd.DataFrame(
             {
                 "w": pairs["w"],
+                "pool_p": pairs["pool_p"],
+                "pool_d": pairs["pool_d"],
                 "device_p": pairs["device_p"],
                 "tp_p": pairs["tp_p"],
                 "per_p": pairs["per_instance_p"],
@@ -199,7 +206,8 @@ def greedy(cand: Candidates) -> GreedyBaseline:
 
 
 def greedy_run(cand: Candidates) -> tuple[GreedyBaseline, Usage]:
-    """The greedy baseline and the devices and cost it uses (within the counts and budget_per_hour).
+    """The greedy baseline and the devices, cost and instances per pool it uses (within the counts and
+    budget_per_hour).
 
     Per class, in order of weight * demand: the best pairing (by devices per RPS) that can serve anything
     on the devices and budget left serves as much of the class as they allow.
@@ -216,8 +224,9 @@ def greedy_run(cand: Candidates) -> tuple[GreedyBaseline, Usage]:
     price = {d.name: d.cost_per_hour for d in request.devices}
     order = np.argsort(-(classes["weight"] * classes["rate_rps"]).to_numpy(), kind="stable")
     served_total = 0.0
+    instances = np.zeros(len(cand.pools))
     if cand.uses.empty:
-        return GreedyBaseline(slo_rps=0.0), _usage(request, {})
+        return GreedyBaseline(slo_rps=0.0), _usage(request, {}, instances)
     pairings = _pairings(cand)
     by_class = dict(tuple(pairings.groupby("w", sort=False)))
     for w in order:
@@ -239,7 +248,9 @@ def greedy_run(cand: Candidates) -> tuple[GreedyBaseline, Usage]:
                 continue
             free[pairing.device_p] -= n_p * pairing.tp_p
             budget -= spend
+            instances[pairing.pool_p] += n_p
             if pairing.device_d is not None:
+                instances[pairing.pool_d] += n_d
                 free[pairing.device_d] -= n_d * pairing.tp_d
                 pair = (pairing.device_p, pairing.device_d)
                 if pair in links:
@@ -251,4 +262,4 @@ def greedy_run(cand: Candidates) -> tuple[GreedyBaseline, Usage]:
     used = {
         d.name: int(round(d.capacity - free[d.name])) for d in request.devices if free[d.name] < d.capacity
     }
-    return GreedyBaseline(slo_rps=round(served_total, 9)), _usage(request, used)
+    return GreedyBaseline(slo_rps=round(served_total, 9)), _usage(request, used, instances)

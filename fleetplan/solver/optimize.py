@@ -12,8 +12,9 @@ optimize() runs these steps, one function each:
    LP solutions (the max-goodput LP spreads over device types, the min-cost LP packs them; together they
    span good integer plans), which leaves a small MIP that HiGHS solves in a fraction of the time; a
    neighbouring plan given as a hint (a what-if point's own plan, for its marginal values) widens that
-   box. If it finds nothing, the economical LP rounded within the devices, its flows re-solved with x
-   fixed.
+   box. Where it stops before its box's optimum, the best of its incumbent, the greedy baseline's plan
+   (_greedy_start) and, if it found nothing, the economical LP rounded within the devices, each with its
+   flows re-solved with x fixed.
 3b. search_neighbourhoods: on instances whose full MIP cannot end its root node in the time limit (one LP
    relaxation taking LNS_LP_S or more, is_large), sub-MIPs around the start that free part of its
    instances (solver/neighbourhood.py) first improve it.
@@ -35,6 +36,7 @@ import numpy as np
 from fleetplan.models.plan import Options, PlanRequest, StageRecord, StageStep
 from fleetplan.solver.backends import Sense, SolveResult, Termination, get_backend, relative_gap
 from fleetplan.solver.backends.base import Backend
+from fleetplan.solver.baselines import greedy_run
 from fleetplan.solver.candidates import Candidates
 from fleetplan.solver.formulation import (
     Columns,
@@ -100,6 +102,9 @@ LNS_CALL_SHARE = 0.1
 # "Neighbourhoods on large instances": L at 10 s, five seeds, and L at 30 s, two).
 ROOT_LPS = 5.0
 LNS_LAST = 0.95
+# The stage whose start may come from the greedy baseline's instances (primal_start, _greedy_start): the
+# baseline serves what it can, so only a goodput maximization can use it.
+GREEDY_STAGE = ("goodput", Sense.MAX)
 # The least time limit a solver call is given, even once the deadline has passed (s).
 MIN_CALL_S = 0.01
 # LP values within this of an integer count as that integer when flooring and ceiling them.
@@ -448,10 +453,37 @@ def primal_start(
         x_lps = np.vstack([x_lps, hint_rows(hint[: cols.n_pools])])
     clock = solver.clock
     sub_limit = clock.share(SUB_MIP_SHARE)
-    start = _sub_mip(form, cols, x_lps, stage, solver, sub_limit, clock.options.mip_rel_gap)
-    if start is None:
-        start = _rounded_flows(model, x_lps[-1], stage, solver, clock.remaining())
-    return start
+    boxed = _sub_mip(form, cols, x_lps, stage, solver, sub_limit, clock.options.mip_rel_gap)
+    if boxed.termination is Termination.OPTIMAL:
+        return boxed.values
+    # stopped short, its incumbent (if any) can be anything: the best of it, the greedy baseline's plan
+    # (which a cutoff would refuse) and, without an incumbent, the economical LP rounded
+    starts = [boxed.values]
+    if stage == GREEDY_STAGE and solver.cutoff is None:
+        starts.append(_greedy_start(model, stage, solver))
+    if boxed.values is None:
+        starts.append(_rounded_flows(model, x_lps[-1], stage, solver, clock.remaining()))
+    return _best(starts, form.objectives[stage[0]], stage[1])
+
+
+def _greedy_start(model: _Model, stage: tuple[str, Sense], solver: _Solver) -> np.ndarray | None:
+    """The greedy baseline's instances (baselines.greedy_run), their flows re-solved for `stage`: a start
+    that keeps the plan at least as good as the baseline it is compared with where the sub-MIP stopped
+    before its box's optimum (time-starved, its incumbent can be anything: docs/solvers.md)."""
+    instances = greedy_run(model.cand)[1].instances
+    if instances is None or not instances.any():
+        return None
+    x = np.clip(instances, model.form.col_lo[: model.cols.n_pools], model.form.col_hi[: model.cols.n_pools])
+    return _flows_at(model, x, stage, solver, solver.clock.remaining())
+
+
+def _best(starts: list[np.ndarray | None], objective: np.ndarray, sense: Sense) -> np.ndarray | None:
+    """The best of the start vectors found (None where there is none) by `objective`."""
+    found = [x for x in starts if x is not None]
+    if not found:
+        return None
+    values = [float(objective @ x) for x in found]
+    return found[int(np.argmax(values) if sense is Sense.MAX else np.argmin(values))]
 
 
 def is_large(first_lp: SolveResult) -> bool:
@@ -635,7 +667,7 @@ def _sub_mip(
     solver: _Solver,
     time_limit_s: float,
     mip_rel_gap: float,
-) -> np.ndarray | None:
+) -> SolveResult:
     """The MIP with every x boxed in [floor(min over LP solutions), ceil(max over LP solutions)]."""
     name, sense = stage
     n = cols.n_pools
@@ -643,10 +675,9 @@ def _sub_mip(
     boxed.col_lo[:n] = np.floor(x_lps.min(axis=0) + INTEGRALITY_TOL)
     boxed.col_hi[:n] = np.minimum(np.ceil(x_lps.max(axis=0) - INTEGRALITY_TOL), form.col_hi[:n])
     boxed.col_lo[:n] = np.minimum(boxed.col_lo[:n], boxed.col_hi[:n])
-    result = solver.call(
+    return solver.call(
         "start", name, boxed, form.objectives[name], sense, time_limit_s=time_limit_s, mip_rel_gap=mip_rel_gap
     )
-    return result.values
 
 
 def _rounded_flows(
