@@ -96,7 +96,8 @@ def test_the_pooled_credit_runs_in_what_the_solve_left_beyond_the_reserve():
 
 
 def test_the_window_guard_holds_back_only_the_share(monkeypatch):
-    """settle: the pooled credit (a gain) gives way to the reserve, the window guard (the promise) never."""
+    """settle: the pooled credit (a gain) and the re-solve of a plan served in full give way to the reserve,
+    the window guard (the promise) never."""
     from fleetplan.solver import window
 
     handed = {}
@@ -109,11 +110,17 @@ def test_the_window_guard_holds_back_only_the_share(monkeypatch):
         handed["guard"] = deadline.reserve_s
         return cand, outcome
 
+    def in_full(request, cand, outcome, deadline):
+        handed["in_full"] = deadline.reserve_s
+        return cand, outcome
+
+    monkeypatch.setattr(window, "in_full_guarded", in_full)
     monkeypatch.setattr(window, "pool_credit", credit)
     monkeypatch.setattr(window, "window_guard", guard)
     cand = SimpleNamespace(uses=range(2306))
     window.settle(None, cand, None, Deadline.after(10.0))
-    assert handed == {"credit": pytest.approx(sum(after_solve_s(2306))), "guard": 0.0}
+    reserve = pytest.approx(sum(after_solve_s(2306)))
+    assert handed == {"in_full": reserve, "credit": reserve, "guard": 0.0}
 
 
 def test_no_plan_in_the_time_the_deadline_left_says_so():

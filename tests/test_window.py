@@ -500,3 +500,43 @@ def test_a_guarded_plan_whose_guard_stopped_says_where_a_window_may_break(monkey
     assert stopped
     reason = "(the window guard stopped before it held: its four rounds ended, or its LP ran out of time)"
     assert all(w.endswith(reason) for w in stopped)
+
+
+def test_a_max_goodput_plan_that_serves_everything_is_served_in_full_within_the_guard(monkeypatch):
+    """Generated request 25 of bench/fidelity.py: its goodput LP serves every class, so the MILP is the one
+    cost solve with every demand row an equality (optimize.fold_stages), and the guard would lower four of
+    its pools. Its LP kept those equalities and found no plan, so the plan went out at the MILP's headroom
+    with a warning per pool (session 32). The lexicographic optimum within the promise serves everything
+    where the fleet can: the min_cost plan on the guard's headroom, at a little more cost."""
+    from bench.fidelity import generated
+    from fleetplan.solver import pipeline, window
+
+    request = generated(25)
+    result = plan(request, with_baselines=False)
+    assert result.slo_rps == pytest.approx(result.demand_rps, rel=1e-7)
+    assert not [w for w in result.warnings if w.startswith("window:")]
+    primaries = [s.stage for s in result.solver.stages if s.step == "primary"]
+    assert primaries == ["cost", "cost"]  # the folded solve, then the min_cost solve on the guard's headroom
+    assert result.solver.tie_break.endswith("(served in full on the window guard's headroom)")
+    assert result.objective == "max_goodput"
+    assert all(p.utilization <= p.headroom + 1e-9 for p in result.pools)
+
+    monkeypatch.setattr(pipeline, "settle", lambda r, c, o, d: window.pool_credit(r, c, o, d))
+    unguarded = plan(request, with_baselines=False)
+    assert unguarded.slo_rps == pytest.approx(result.slo_rps, rel=1e-7)
+    assert result.cost_per_hour > unguarded.cost_per_hour
+
+
+def test_a_plan_that_serves_everything_gives_flow_up_where_it_cannot_be_served_in_full(monkeypatch):
+    """The same request where the min_cost plan on the guard's headroom is not had (here: not tried): the
+    guard's LP drops the fold's equalities and gives flow up on the same hardware, with no warning."""
+    from bench.fidelity import generated
+    from fleetplan.solver import window
+
+    request = generated(25)
+    monkeypatch.setattr(window, "in_full_guarded", lambda r, c, o, d=None: (c, o))
+    result = plan(request, with_baselines=False)
+    assert "window" in [s.step for s in result.solver.stages]
+    assert not [w for w in result.warnings if w.startswith("window:")]
+    assert result.slo_rps < result.demand_rps - 1e-6
+    assert [s.stage for s in result.solver.stages if s.step == "primary"] == ["cost"]

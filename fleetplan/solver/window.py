@@ -54,17 +54,80 @@ from fleetplan.solver.pooled import (
 
 ROUNDS = 4  # guard rounds at most: each lowers N_w, and with it the margin, a little less
 MIN_ROUND_S = 0.05  # optimize_guarded starts no round with less of the time limit left (s)
+IN_FULL_TOL = 1e-7  # a class counts as served in full within this share of its demand (in_full_guarded)
 
 
 def settle(
     request: PlanRequest, cand: Candidates, outcome: Outcome, deadline: Deadline | None = None
 ) -> tuple[Candidates, Outcome]:
-    """The plan's headroom after the MILP, as every caller applies it: the pooled credit (solver/pooled.py),
-    then the window guard (`window_guard`). Under `deadline`, the credit leaves what the guard and the rest
-    of the plan need (deadline.after_solve_s: a gain, it gives way); the guard, which keeps the promise,
-    holds back only the deadline's share, so that it is never starved by the estimate."""
-    cand, outcome = pool_credit(request, cand, outcome, holding(deadline, sum(after_solve_s(len(cand.uses)))))
+    """The plan's headroom after the MILP, as every caller applies it: a plan that serves everything served
+    in full within the guard where it can be (`in_full_guarded`), the pooled credit (solver/pooled.py),
+    then the window guard (`window_guard`). Under `deadline`, the first two leave what the guard and the
+    rest of the plan need (deadline.after_solve_s); the guard, which keeps the promise, holds back only the
+    deadline's share, so that it is never starved by the estimate."""
+    reserving = holding(deadline, sum(after_solve_s(len(cand.uses))))
+    cand, outcome = in_full_guarded(request, cand, outcome, reserving)
+    cand, outcome = pool_credit(request, cand, outcome, reserving)
     return window_guard(request, cand, outcome, deadline)
+
+
+def in_full_guarded(
+    request: PlanRequest, cand: Candidates, outcome: Outcome, deadline: Deadline | None = None
+) -> tuple[Candidates, Outcome]:
+    """A `max_goodput` plan that serves every class in full (the one-solve tie-break, optimize.fold_stages,
+    or a staged solve that serves it all) but whose pools the guard would lower: the lexicographic optimum
+    within the promise then serves it all too where the fleet can, so it is the `min_cost` plan, solved as
+    a `min_cost` request is (`optimize_guarded`: on the guard's headroom for whole-demand windows, with
+    what is left of the time limit). That plan where it serves every class and is optimal; the inputs
+    otherwise, which `window_guard` then guards by giving flow up on the same hardware (docs/formulation.md,
+    "One window's scatter")."""
+    if not _in_full(request, cand, outcome):
+        return cand, outcome
+    began = time.perf_counter() - (outcome.stages[-1].ended_ms / 1e3 if outcome.stages else 0.0)
+    left = max(seconds_left(request.options.time_limit_s, began, deadline), MIN_ROUND_S)
+    options = msgspec.structs.replace(request.options, objective="min_cost", time_limit_s=left)
+    as_cost = msgspec.structs.replace(request, options=options)
+    again = optimize_guarded(as_cost, dataclasses.replace(cand, request=as_cost), deadline)
+    joined = _joined(outcome, again, began)
+    if again.termination is not Termination.OPTIMAL or not _in_full(request, cand, again, guarded=False):
+        # the plan stays, the re-solve's calls join its stages
+        return cand, dataclasses.replace(outcome, stages=joined.stages, solve_ms=joined.solve_ms)
+    served = dataclasses.replace(
+        joined,
+        candidates=dataclasses.replace(again.candidates, request=request),
+        primary_value=float(again.form.objectives["goodput"] @ again.values),
+        primary_bound=outcome.primary_bound,
+        lp_bound=outcome.lp_bound,
+        tie_break=_in_full_message(again),
+    )
+    return served.candidates, served
+
+
+def _in_full_message(again: Outcome) -> str:
+    """SolverInfo.tie_break of a plan served in full on the guard's headroom: how its cost MIP ended."""
+    last = next(r for r in reversed(again.stages) if r.step == "primary")
+    gap = "" if last.gap is None else f", gap {last.gap:.2%}"
+    ended = f"cost: {last.termination}{gap} in {last.ms / 1e3:.2f} s"
+    return f"{ended} (served in full on the window guard's headroom)"
+
+
+def _in_full(request: PlanRequest, cand: Candidates, outcome: Outcome, guarded: bool = True) -> bool:
+    """Whether `outcome` is a guarded `max_goodput` plan that serves every class's whole demand and, with
+    `guarded`, whose pools the guard would lower."""
+    if (
+        outcome.values is None
+        or request.options.objective != "max_goodput"
+        or not guard_applies(request, cand)
+    ):
+        return False
+    cols = outcome.columns
+    flow = outcome.values[cols.use_offset : cols.use_offset + len(outcome.candidates.uses)]
+    served = served_by_class(outcome.candidates, np.maximum(flow, 0.0))
+    demand = outcome.candidates.classes["rate_rps"].to_numpy(float)
+    if (served < demand * (1 - IN_FULL_TOL)).any():
+        return False
+    rho = cand.pools["rho"].to_numpy(float)
+    return not guarded or _guarded_rho(cand, outcome, outcome.values, rho) is not None
 
 
 def window_guard(
@@ -268,7 +331,8 @@ def _solve_fixed(
     integers = np.round(values)
     flow = values[cols.use_offset : cols.use_offset + len(cand.uses)]
     every = np.ones(len(rho), dtype=bool)
-    form = _unlocked(fixed_form(outcome.form, cols, integers, rho, every, flow <= FLOW_EPS, use_demand(cand)))
+    form = fixed_form(outcome.form, cols, integers, rho, every, flow <= FLOW_EPS, use_demand(cand))
+    form = _unlocked(form, cols)
     options = request.options
     if options.objective == "max_min_fraction":
         form = _fair_stage(cand, form, flow > FLOW_EPS, rho, options, limit, calls)
@@ -320,14 +384,23 @@ def _stranded(cand: Candidates, carrying: np.ndarray, rho: np.ndarray) -> np.nda
     return served_before & ~(colocated | split)
 
 
-def _unlocked(form: MatrixForm) -> MatrixForm:
+def _unlocked(form: MatrixForm, cols) -> MatrixForm:
     """`form` without its lexicographic locks (optimize.py's `lock_<stage>` rows: the tie-break's form holds
-    goodput at the MILP's value, which the guard gives up on purpose)."""
+    goodput at the MILP's value, which the guard gives up on purpose) and without what the one-solve
+    tie-break adds (`optimize.fold_stages`: every demand row an equality and phi fixed at 1, so that the
+    guard's lower headroom left its LP without a plan and the plan kept the MILP's; session 33): the demand
+    rows as `formulation.define_demand` writes them for a plan that may serve less, phi in [0, 1]."""
     row_lo, row_hi = form.row_lo.copy(), form.row_hi.copy()
     for name, start, end in form.row_blocks:
         if name.startswith("lock_"):
             row_lo[start:end], row_hi[start:end] = -np.inf, np.inf
-    return dataclasses.replace(form, row_lo=row_lo, row_hi=row_hi)
+        elif name == "demand":
+            row_lo[start:end] = -np.inf
+    col_lo = form.col_lo
+    if cols.has_phi:
+        col_lo = col_lo.copy()
+        col_lo[cols.phi] = 0.0
+    return dataclasses.replace(form, row_lo=row_lo, row_hi=row_hi, col_lo=col_lo)
 
 
 def unguarded_warnings(request: PlanRequest, cand: Candidates, outcome: Outcome | None) -> list[str]:
