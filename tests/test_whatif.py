@@ -705,3 +705,22 @@ def test_cli_axis_specs_are_explained(spec, says):
 
     with pytest.raises(click.BadParameter, match=re.escape(says)):
         parse_axis(spec)
+
+
+def test_a_point_served_in_full_on_the_guards_headroom_reaches_only_budgets_that_pay_for_it():
+    """bench/fidelity.py's generated request 25 serves every class; its MILP spends 13.16 $/h, but the
+    plan served in full within the window guard (solver/window.py, in_full_guarded) takes 13.28 $/h. A
+    lower budget reuses a point's plan only where that plan fits it (Reach.answers: its spend), so the
+    spend a point keeps is the plan's, not the MILP's: at 13.2 $/h the single plan gives flow up instead."""
+    from bench.fidelity import generated
+    from fleetplan.solver.candidates import build_candidates
+    from fleetplan.solver.pipeline import resolve_profiles
+    from fleetplan.whatif.point import solve_request
+
+    request = generated(25)
+    solved = solve_request(request, build_candidates(request, resolve_profiles(request)))
+    single = plan(request, with_baselines=False)
+    assert solved.slo_rps == pytest.approx(single.slo_rps, rel=1e-9)
+    assert solved.cost == pytest.approx(single.cost_per_hour, rel=1e-9)
+    assert solved.spend == pytest.approx(single.cost_per_hour, rel=1e-9)  # the plan's, above its MILP's
+    assert sum(solved.milp_used.values()) >= sum(d.used for d in single.devices)

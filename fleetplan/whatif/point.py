@@ -353,8 +353,15 @@ def summarize(request: PlanRequest, cand: Candidates, outcome: Outcome, status: 
     cand = outcome.candidates
     instances = np.round(milp_values[: outcome.columns.n_pools])
     spend = float(pool_cost(cand) @ instances)
+    milp_used = extract.devices_used(cand, instances)
     demand = float(cand.classes["rate_rps"].sum())
     cand, outcome = settle(cand.request, cand, outcome)
+    # a plan served in full on the guard's headroom (window.in_full_guarded) takes other instances than
+    # the MILP's: a lower budget or count answers with it only where it fits there too
+    settled = np.round(outcome.values[: outcome.columns.n_pools])
+    spend = max(spend, float(pool_cost(cand) @ settled))
+    after = extract.devices_used(cand, settled)
+    milp_used = {name: max(n, after[name]) for name, n in milp_used.items()}
     sol = extract.solution_from(cand, outcome.columns, outcome.values)
     devices = extract.devices_out(cand, sol)
     price = {d.name: d.cost_per_hour for d in request.devices}
@@ -374,7 +381,7 @@ def summarize(request: PlanRequest, cand: Candidates, outcome: Outcome, status: 
         ms=0.0,
         objective=objective,
         spend=round(spend, 9),
-        milp_used=extract.devices_used(cand, instances),
+        milp_used=milp_used,
     )
 
 
