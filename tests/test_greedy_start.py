@@ -1,5 +1,5 @@
 """The greedy baseline's plan as the solver's start where the start's sub-MIP stops short
-(optimize.primal_start, docs/solvers.md "The greedy start")."""
+(optimize.primal_start, docs/formulation.md "The greedy start")."""
 
 import numpy as np
 import pytest

@@ -26,7 +26,7 @@ def link_bound():
 
 
 def _without_credit(request, monkeypatch):
-    monkeypatch.setattr(pipeline, "settle", lambda request, cand, outcome, deadline: (cand, outcome))
+    monkeypatch.setattr(pipeline, "settle", lambda request, cand, outcome, deadline, **_: (cand, outcome))
     return plan(request, with_baselines=False)
 
 

@@ -142,7 +142,7 @@ def test_the_guard_lowers_a_p99_classs_prefill_pool_on_the_same_hardware(monkeyp
 
     request = generated(13)
     guarded = plan(request, with_baselines=False)
-    monkeypatch.setattr(pipeline, "settle", lambda r, c, o, d: window.pool_credit(r, c, o, d))
+    monkeypatch.setattr(pipeline, "settle", lambda r, c, o, d, **_: window.pool_credit(r, c, o, d))
     plain = plan(request, with_baselines=False)
     assert guarded.slo_rps < plain.slo_rps - 1e-6
     assert [d.used for d in guarded.devices] == [d.used for d in plain.devices]
@@ -174,7 +174,7 @@ def test_the_guard_only_lowers_headroom_and_gives_flow_up(name, monkeypatch):
 
     request = read_request(fixtures.request_path(name))
     guarded = plan(request, with_baselines=False)
-    monkeypatch.setattr(pipeline, "settle", lambda r, c, o, d: window.pool_credit(r, c, o, d))
+    monkeypatch.setattr(pipeline, "settle", lambda r, c, o, d, **_: window.pool_credit(r, c, o, d))
     plain = plan(request, with_baselines=False)
     assert "tie_break" in [s.step for s in plain.solver.stages]
     assert [s.step for s in guarded.solver.stages][-1] == "window"
@@ -521,7 +521,7 @@ def test_a_max_goodput_plan_that_serves_everything_is_served_in_full_within_the_
     assert result.objective == "max_goodput"
     assert all(p.utilization <= p.headroom + 1e-9 for p in result.pools)
 
-    monkeypatch.setattr(pipeline, "settle", lambda r, c, o, d: window.pool_credit(r, c, o, d))
+    monkeypatch.setattr(pipeline, "settle", lambda r, c, o, d, **_: window.pool_credit(r, c, o, d))
     unguarded = plan(request, with_baselines=False)
     assert unguarded.slo_rps == pytest.approx(result.slo_rps, rel=1e-7)
     assert result.cost_per_hour > unguarded.cost_per_hour
@@ -540,3 +540,44 @@ def test_a_plan_that_serves_everything_gives_flow_up_where_it_cannot_be_served_i
     assert not [w for w in result.warnings if w.startswith("window:")]
     assert result.slo_rps < result.demand_rps - 1e-6
     assert [s.stage for s in result.solver.stages if s.step == "primary"] == ["cost"]
+
+
+def test_a_replan_whose_moves_keep_it_from_being_served_in_full_gives_flow_up():
+    """A max_goodput re-plan of generated request 9 at 0.8 of its demand with max_moves 0 serves every
+    class on the plan in force, but the guard would lower its pools and no plan on the guard's headroom
+    keeps the moves: `optimize_guarded` leaves the plan in force, which the guard still lowers. That plan
+    is not taken as one served in full on the guard's headroom (the review of session 33 found it was, its
+    tie-break saying "cost: infeasible ... (served in full ...)"); the guard gives flow up instead."""
+    from bench.fidelity import generated, replanned
+
+    _, result = replanned(generated(9), (0.8, 0))
+    assert "served in full" not in (result.solver.tie_break or "")
+    assert not [w for w in result.warnings if w.startswith("window:")]
+    assert "window" in [s.step for s in result.solver.stages]
+    assert result.slo_rps < result.demand_rps - 1e-6
+    assert all(p.utilization <= p.headroom + 1e-9 for p in result.pools)
+
+
+def test_serving_in_full_is_not_tried_with_less_time_left_than_the_first_solve_took():
+    """in_full_guarded under a deadline that leaves less than the first solve took returns its inputs at
+    once: the re-solve (and its capped tables, ~1.7 s on generated request 25) would not end in time."""
+    import time
+
+    from bench.fidelity import generated
+    from fleetplan.solver import window
+    from fleetplan.solver.candidates import build_candidates
+    from fleetplan.solver.deadline import Deadline
+
+    request = generated(25)
+    cand = build_candidates(request, resolve_profiles(request))
+    outcome, _ = window.optimize_or_fall_back(request, cand)
+    assert window._in_full(request, cand, outcome)  # served in full, and the guard would lower it
+    began = time.perf_counter()
+    kept_cand, kept = window.in_full_guarded(request, cand, outcome, Deadline.after(1.0))
+    assert (kept_cand, kept) == (cand, outcome)
+    assert time.perf_counter() - began < 0.5
+    served_cand, served = window.in_full_guarded(request, cand, outcome)  # no deadline: 20 s
+    assert served is not outcome
+    assert served.tie_break.endswith("(served in full on the window guard's headroom)")
+    assert served.build_ms == outcome.build_ms
+    assert served.solve_ms > outcome.solve_ms

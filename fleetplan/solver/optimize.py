@@ -436,11 +436,12 @@ def primal_start(
     solver: _Solver,
     hint: np.ndarray | None = None,
 ) -> np.ndarray | None:
-    """Step 3: a start vector for the first stage's MIP: the sub-MIP's plan, else the rounded economical LP
-    (None without LP solutions or integers). A `hint` (a neighbouring plan's vector on these columns, such
-    as a higher budget's plan in a what-if sweep) joins the LP solutions in spanning the sub-MIP's box,
-    with each of its pools one instance down too (hint_rows): the box then holds every plan that drops at
-    most one instance per pool from it."""
+    """Step 3: a start vector for the first stage's MIP: the sub-MIP's plan where it ends in its box, else
+    the best of its incumbent, the greedy baseline's plan (_greedy_start, while time is left) and, without
+    an incumbent, the rounded economical LP (None without LP solutions or integers). A `hint` (a
+    neighbouring plan's vector on these columns, such as a higher budget's plan in a what-if sweep) joins
+    the LP solutions in spanning the sub-MIP's box, with each of its pools one instance down too
+    (hint_rows): the box then holds every plan that drops at most one instance per pool from it."""
     form, cols = model.form, model.cols
     if not relaxed or not form.integer.any():
         return None
@@ -459,7 +460,7 @@ def primal_start(
     # stopped short, its incumbent (if any) can be anything: the best of it, the greedy baseline's plan
     # (which a cutoff would refuse) and, without an incumbent, the economical LP rounded
     starts = [boxed.values]
-    if stage == GREEDY_STAGE and solver.cutoff is None:
+    if stage == GREEDY_STAGE and solver.cutoff is None and not clock.passed():
         starts.append(_greedy_start(model, stage, solver))
     if boxed.values is None:
         starts.append(_rounded_flows(model, x_lps[-1], stage, solver, clock.remaining()))
@@ -469,7 +470,8 @@ def primal_start(
 def _greedy_start(model: _Model, stage: tuple[str, Sense], solver: _Solver) -> np.ndarray | None:
     """The greedy baseline's instances (baselines.greedy_run), their flows re-solved for `stage`: a start
     that keeps the plan at least as good as the baseline it is compared with where the sub-MIP stopped
-    before its box's optimum (time-starved, its incumbent can be anything: docs/solvers.md)."""
+    before its box's optimum (time-starved, its incumbent can be anything: docs/formulation.md, "The greedy
+    start")."""
     instances = greedy_run(model.cand)[1].instances
     if instances is None or not instances.any():
         return None

@@ -104,7 +104,7 @@ def plan(
         # the candidates (and request) the outcome solved: a min_cost request the fleet cannot serve is
         # settled and extracted as the max_goodput plan it falls back to
         cand = outcome.candidates
-        cand, outcome = settle(cand.request, cand, outcome, deadline)
+        cand, outcome = settle(cand.request, cand, outcome, deadline, fell_back=status == "infeasible")
     _check(deadline, "the solve")
     result = _assemble(request, table, cand, outcome, status)
     if with_baselines:

@@ -34,7 +34,7 @@ import time
 import msgspec
 import numpy as np
 
-from fleetplan.models.plan import PlanRequest
+from fleetplan.models.plan import PlanRequest, StageRecord
 from fleetplan.solver import capacity, scatter
 from fleetplan.solver.backends import Sense, SolveResult, Termination
 from fleetplan.solver.candidates import Candidates, keep_pools
@@ -55,65 +55,86 @@ from fleetplan.solver.pooled import (
 ROUNDS = 4  # guard rounds at most: each lowers N_w, and with it the margin, a little less
 MIN_ROUND_S = 0.05  # optimize_guarded starts no round with less of the time limit left (s)
 IN_FULL_TOL = 1e-7  # a class counts as served in full within this share of its demand (in_full_guarded)
+FLOW_TOL = 1e-7  # ... and this much (RPS): the solver's feasibility tolerance on the fold's demand rows
 
 
 def settle(
-    request: PlanRequest, cand: Candidates, outcome: Outcome, deadline: Deadline | None = None
+    request: PlanRequest,
+    cand: Candidates,
+    outcome: Outcome,
+    deadline: Deadline | None = None,
+    fell_back: bool = False,
 ) -> tuple[Candidates, Outcome]:
     """The plan's headroom after the MILP, as every caller applies it: a plan that serves everything served
     in full within the guard where it can be (`in_full_guarded`), the pooled credit (solver/pooled.py),
     then the window guard (`window_guard`). Under `deadline`, the first two leave what the guard and the
     rest of the plan need (deadline.after_solve_s); the guard, which keeps the promise, holds back only the
-    deadline's share, so that it is never starved by the estimate."""
+    deadline's share, so that it is never starved by the estimate. A min_cost request's max-goodput
+    fallback (`fell_back`) is not served in full again: its min_cost solve on that headroom just failed."""
     reserving = holding(deadline, sum(after_solve_s(len(cand.uses))))
-    cand, outcome = in_full_guarded(request, cand, outcome, reserving)
+    if not fell_back:
+        cand, outcome = in_full_guarded(request, cand, outcome, reserving)
     cand, outcome = pool_credit(request, cand, outcome, reserving)
     return window_guard(request, cand, outcome, deadline)
 
 
 def in_full_guarded(
-    request: PlanRequest, cand: Candidates, outcome: Outcome, deadline: Deadline | None = None
+    request: PlanRequest,
+    cand: Candidates,
+    outcome: Outcome,
+    deadline: Deadline | None = None,
 ) -> tuple[Candidates, Outcome]:
     """A `max_goodput` plan that serves every class in full (the one-solve tie-break, optimize.fold_stages,
     or a staged solve that serves it all) but whose pools the guard would lower: the lexicographic optimum
     within the promise then serves it all too where the fleet can, so it is the `min_cost` plan, solved as
     a `min_cost` request is (`optimize_guarded`: on the guard's headroom for whole-demand windows, with
-    what is left of the time limit). That plan where it serves every class and is optimal; the inputs
-    otherwise, which `window_guard` then guards by giving flow up on the same hardware (docs/formulation.md,
-    "One window's scatter")."""
+    what is left of the time limit). That plan where it is optimal, serves every class and the guard holds
+    on it; the inputs otherwise (and without trying where less time is left than the first solve took),
+    which `window_guard` then guards by giving flow up on the same hardware (docs/formulation.md, "A
+    `max_goodput` plan that serves every class in full")."""
     if not _in_full(request, cand, outcome):
         return cand, outcome
-    began = time.perf_counter() - (outcome.stages[-1].ended_ms / 1e3 if outcome.stages else 0.0)
-    left = max(seconds_left(request.options.time_limit_s, began, deadline), MIN_ROUND_S)
+    entered = time.perf_counter()
+    began = entered - (outcome.stages[-1].ended_ms / 1e3 if outcome.stages else 0.0)
+    left = seconds_left(request.options.time_limit_s, began, deadline)
+    if left < max(MIN_ROUND_S, (outcome.build_ms + outcome.solve_ms) / 1e3):
+        return cand, outcome
     options = msgspec.structs.replace(request.options, objective="min_cost", time_limit_s=left)
     as_cost = msgspec.structs.replace(request, options=options)
     again = optimize_guarded(as_cost, dataclasses.replace(cand, request=as_cost), deadline)
     joined = _joined(outcome, again, began)
-    if again.termination is not Termination.OPTIMAL or not _in_full(request, cand, again, guarded=False):
-        # the plan stays, the re-solve's calls join its stages
-        return cand, dataclasses.replace(outcome, stages=joined.stages, solve_ms=joined.solve_ms)
+    solve_ms = outcome.solve_ms + (time.perf_counter() - entered) * 1e3
+    kept = again.termination is Termination.OPTIMAL and _in_full(request, again.candidates, again, held=True)
+    if not kept:  # the plan stays, the re-solve's calls join its stages
+        return cand, dataclasses.replace(outcome, stages=joined.stages, solve_ms=solve_ms)
+    last = next((r for r in reversed(again.stages) if r.step == "primary"), None)
     served = dataclasses.replace(
         joined,
         candidates=dataclasses.replace(again.candidates, request=request),
         primary_value=float(again.form.objectives["goodput"] @ again.values),
         primary_bound=outcome.primary_bound,
         lp_bound=outcome.lp_bound,
-        tie_break=_in_full_message(again),
+        build_ms=outcome.build_ms,
+        solve_ms=solve_ms,
+        tie_break=_in_full_message(last),
+        tie_break_gap=None if last is None else last.gap,
     )
     return served.candidates, served
 
 
-def _in_full_message(again: Outcome) -> str:
+def _in_full_message(last: StageRecord | None) -> str:
     """SolverInfo.tie_break of a plan served in full on the guard's headroom: how its cost MIP ended."""
-    last = next(r for r in reversed(again.stages) if r.step == "primary")
+    if last is None:
+        return "cost: served in full on the window guard's headroom"
     gap = "" if last.gap is None else f", gap {last.gap:.2%}"
     ended = f"cost: {last.termination}{gap} in {last.ms / 1e3:.2f} s"
     return f"{ended} (served in full on the window guard's headroom)"
 
 
-def _in_full(request: PlanRequest, cand: Candidates, outcome: Outcome, guarded: bool = True) -> bool:
-    """Whether `outcome` is a guarded `max_goodput` plan that serves every class's whole demand and, with
-    `guarded`, whose pools the guard would lower."""
+def _in_full(request: PlanRequest, cand: Candidates, outcome: Outcome, held: bool = False) -> bool:
+    """Whether `outcome` (on tables `cand`) is a guarded `max_goodput` plan that serves every class's whole
+    demand (within IN_FULL_TOL of it, and FLOW_TOL) and whose pools the guard would lower, or with `held`,
+    would not."""
     if (
         outcome.values is None
         or request.options.objective != "max_goodput"
@@ -121,13 +142,13 @@ def _in_full(request: PlanRequest, cand: Candidates, outcome: Outcome, guarded: 
     ):
         return False
     cols = outcome.columns
-    flow = outcome.values[cols.use_offset : cols.use_offset + len(outcome.candidates.uses)]
-    served = served_by_class(outcome.candidates, np.maximum(flow, 0.0))
-    demand = outcome.candidates.classes["rate_rps"].to_numpy(float)
-    if (served < demand * (1 - IN_FULL_TOL)).any():
+    flow = outcome.values[cols.use_offset : cols.use_offset + len(cand.uses)]
+    served = served_by_class(cand, np.maximum(flow, 0.0))
+    demand = cand.classes["rate_rps"].to_numpy(float)
+    if (served < demand * (1 - IN_FULL_TOL) - FLOW_TOL).any():
         return False
-    rho = cand.pools["rho"].to_numpy(float)
-    return not guarded or _guarded_rho(cand, outcome, outcome.values, rho) is not None
+    falls = _guarded_rho(cand, outcome, outcome.values, cand.pools["rho"].to_numpy(float)) is not None
+    return falls != held
 
 
 def window_guard(
@@ -178,7 +199,11 @@ def optimize_guarded(request: PlanRequest, cand: Candidates, deadline: Deadline 
     tables ride on the outcome (`candidates`); every solve's calls are in its stages."""
     began = time.perf_counter()
     prior = prior_tables(request, cand)
-    outcome = optimize(request, cand if prior is None else prior)
+    if prior is None:
+        outcome = optimize(request, cand)
+    else:  # the capped tables' time (their headroom per use: ~1.7 s on generated request 25) counts too
+        left = max(seconds_left(request.options.time_limit_s, began, deadline), MIN_ROUND_S)
+        outcome = optimize(_limited(request, left), prior)
     if prior is not None and outcome.termination is Termination.INFEASIBLE:
         # the plan must come from the uncapped tables now: at least MIN_ROUND_S, even past the limit
         left = max(seconds_left(request.options.time_limit_s, began, deadline), MIN_ROUND_S)

@@ -355,7 +355,7 @@ def summarize(request: PlanRequest, cand: Candidates, outcome: Outcome, status: 
     spend = float(pool_cost(cand) @ instances)
     milp_used = extract.devices_used(cand, instances)
     demand = float(cand.classes["rate_rps"].sum())
-    cand, outcome = settle(cand.request, cand, outcome)
+    cand, outcome = settle(cand.request, cand, outcome, fell_back=status == "infeasible")
     # a plan served in full on the guard's headroom (window.in_full_guarded) takes other instances than
     # the MILP's: a lower budget or count answers with it only where it fits there too
     settled = np.round(outcome.values[: outcome.columns.n_pools])
