@@ -312,11 +312,15 @@ def _built_too_long(request: PlanRequest) -> DeadlineExceeded:
         if table_cache.directory() is not None
         else "with FLEETPLAN_CANDIDATE_CACHE on, the tables would then be kept for every later plan"
     )
-    msg = (
-        f"no plan within time_limit_s={request.options.time_limit_s:g}: building this fleet's candidate "
-        f"tables takes longer, and the build was stopped. Plan once with a larger time limit: {kept}"
-    )
+    stopped = "and the build was stopped. Plan once with a larger time limit"
+    msg = f"{_build_outlasts(request.options.time_limit_s)}, {stopped}: {kept}"
     return DeadlineExceeded(msg, field="options.time_limit_s")
+
+
+def _build_outlasts(budget_s: float) -> str:
+    """The first clause of a request's 503 whose candidate tables were still being built at its deadline
+    (the CLI's, which stops the build, and the server's, which lets it finish)."""
+    return f"no plan within time_limit_s={budget_s:g}: building this fleet's candidate tables takes longer"
 
 
 @dataclass
@@ -505,9 +509,8 @@ class SolvePool:
         time limit, within the cap: a guess, as the build's own end is not known)."""
         retry = min(max(1, math.ceil(budget_s)), self.max_retry_after_s)
         msg = (
-            f"no plan within time_limit_s={budget_s:g}: building this fleet's candidate tables takes longer. "
-            "The build goes on and its tables are kept: a retry once it has ended plans from them "
-            "(or raise time_limit_s)"
+            f"{_build_outlasts(budget_s)}. The build goes on and its tables are kept: a retry once it has "
+            "ended plans from them (or raise time_limit_s)"
         )
         error = DeadlineExceeded(msg, field="options.time_limit_s")
         error.retry_after_s = retry  # type: ignore[attr-defined]
