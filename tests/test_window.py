@@ -317,6 +317,7 @@ def test_a_max_min_fraction_plan_is_guarded_by_a_smaller_common_fraction():
     guarded_phi = window[-2].objective  # the last round's phi stage
     assert guarded_phi <= milp_phi + 1e-9
     assert min(fractions) == pytest.approx(guarded_phi, rel=1e-6)
+    assert result.objective_value == pytest.approx(guarded_phi, rel=1e-6)  # the plan's phi, not the MILP's
     instances = {(p.model, p.role, p.device, p.batch, p.group): p.instances for p in result.pools}
     assert all(p.utilization <= p.headroom + 1e-9 for p in result.pools)
     assert sum(instances.values()) > 0
@@ -581,3 +582,17 @@ def test_serving_in_full_is_not_tried_with_less_time_left_than_the_first_solve_t
     assert served.tie_break.endswith("(served in full on the window guard's headroom)")
     assert served.build_ms == outcome.build_ms
     assert served.solve_ms > outcome.solve_ms
+
+
+def test_a_max_min_fraction_plan_that_serves_everything_is_served_in_full_within_the_guard():
+    """Generated request 25 as max_min_fraction: its MILP (phi 1, folded) is guarded like the max_goodput
+    one: served in full on the guard's headroom, phi 1 reported. Before, its guard gave flow up (43.15 of
+    44.03 RPS) while the plan still reported the MILP's phi of 1."""
+    from bench.fidelity import generated, with_objective
+
+    result = plan(with_objective(generated(25), "max_min_fraction"), with_baselines=False)
+    assert result.objective == "max_min_fraction"
+    assert result.slo_rps == pytest.approx(result.demand_rps, rel=1e-7)
+    assert result.objective_value == pytest.approx(1.0, rel=1e-7)
+    assert result.solver.tie_break.endswith("(served in full on the window guard's headroom)")
+    assert not [w for w in result.warnings if w.startswith("window:")]

@@ -367,4 +367,19 @@ def _objective(
     value = outcome.primary_value
     if unit in ("rps", "weighted_rps"):
         value = round(sum(weights[r.name] * r.served_rps for r in results), 9)
+    elif unit == "min_fraction":
+        value = _min_fraction(outcome.candidates, results, value)
     return unit, value, outcome.primary_bound
+
+
+def _min_fraction(cand, results: list[WorkloadResult], milp_value: float | None) -> float | None:
+    """The plan's own phi: the least share of its demand any class with demand and a candidate gets (the
+    classes formulation.define_fairness counts). The MILP's phi until the window guard gives flow up, which
+    lowers it (and serving every class in full, window.in_full_guarded, takes it to 1)."""
+    servable = set(cand.classes["name"].to_numpy()[cand.uses["w"].unique()])
+    fractions = [
+        r.served_rps / (r.served_rps + r.unserved_rps)
+        for r in results
+        if r.name in servable and r.served_rps + r.unserved_rps > 0
+    ]
+    return round(min(fractions), 9) if fractions else milp_value

@@ -84,14 +84,15 @@ def in_full_guarded(
     outcome: Outcome,
     deadline: Deadline | None = None,
 ) -> tuple[Candidates, Outcome]:
-    """A `max_goodput` plan that serves every class in full (the one-solve tie-break, optimize.fold_stages,
-    or a staged solve that serves it all) but whose pools the guard would lower: the lexicographic optimum
-    within the promise then serves it all too where the fleet can, so it is the `min_cost` plan, solved as
-    a `min_cost` request is (`optimize_guarded`: on the guard's headroom for whole-demand windows, with
-    what is left of the time limit). That plan where it is optimal, serves every class and the guard holds
-    on it; the inputs otherwise (and without trying where less time is left than the first solve took),
-    which `window_guard` then guards by giving flow up on the same hardware (docs/formulation.md, "A
-    `max_goodput` plan that serves every class in full")."""
+    """A `max_goodput` or `max_min_fraction` plan that serves every class in full (the one-solve
+    tie-break, optimize.fold_stages, or a staged solve that serves it all) but whose pools the guard would
+    lower: the lexicographic optimum within the promise then serves it all too where the fleet can (phi 1,
+    all the goodput there is), so it is the `min_cost` plan, solved as a `min_cost` request is
+    (`optimize_guarded`: on the guard's headroom for whole-demand windows, with what is left of the time
+    limit). That plan where it is optimal, serves every class and the guard holds on it; the inputs
+    otherwise (and without trying where less time is left than the first solve took), which `window_guard`
+    then guards by giving flow up on the same hardware (docs/formulation.md, "A `max_goodput` plan that
+    serves every class in full")."""
     if not _in_full(request, cand, outcome):
         return cand, outcome
     entered = time.perf_counter()
@@ -111,7 +112,7 @@ def in_full_guarded(
     served = dataclasses.replace(
         joined,
         candidates=dataclasses.replace(again.candidates, request=request),
-        primary_value=float(again.form.objectives["goodput"] @ again.values),
+        primary_value=outcome.primary_value,  # every class in full: the same goodput (and phi 1)
         primary_bound=outcome.primary_bound,
         lp_bound=outcome.lp_bound,
         build_ms=outcome.build_ms,
@@ -132,12 +133,12 @@ def _in_full_message(last: StageRecord | None) -> str:
 
 
 def _in_full(request: PlanRequest, cand: Candidates, outcome: Outcome, held: bool = False) -> bool:
-    """Whether `outcome` (on tables `cand`) is a guarded `max_goodput` plan that serves every class's whole
-    demand (within IN_FULL_TOL of it, and FLOW_TOL) and whose pools the guard would lower, or with `held`,
-    would not."""
+    """Whether `outcome` (on tables `cand`) is a guarded `max_goodput` or `max_min_fraction` plan that
+    serves every class's whole demand (within IN_FULL_TOL of it, and FLOW_TOL) and whose pools the guard
+    would lower, or with `held`, would not."""
     if (
         outcome.values is None
-        or request.options.objective != "max_goodput"
+        or request.options.objective not in ("max_goodput", "max_min_fraction")
         or not guard_applies(request, cand)
     ):
         return False
