@@ -724,3 +724,23 @@ def test_a_point_served_in_full_on_the_guards_headroom_reaches_only_budgets_that
     assert solved.cost == pytest.approx(single.cost_per_hour, rel=1e-9)
     assert solved.spend == pytest.approx(single.cost_per_hour, rel=1e-9)  # the plan's, above its MILP's
     assert sum(solved.milp_used.values()) >= sum(d.used for d in single.devices)
+    assert solved.milp_in_full
+
+
+def test_a_point_short_of_serving_in_full_plans_one_more_device_itself():
+    """A point whose MILP serves every class but whose plan does not (serving it in full on the window
+    guard's headroom needs more than the point has: window.in_full_guarded) cannot take the shortcut of the
+    marginal values (optimize_above over the plans that beat the point's MILP value: none beats serving
+    everything, so every marginal value came out 0): it plans the request with one more device itself.
+    Measured (session 33): generated request 25 at 13.2 $/h with 5 A6000 plans 43.37 SLO RPS, with 6
+    44.03; the sweep's A6000 marginal value was 0.0, now 0.657 (a sweep over both counts gave 0.657)."""
+    from types import SimpleNamespace
+
+    from fleetplan.whatif.point import PointSolver, Solved
+
+    request = two_types(budget=5.0)
+    short = Solved("optimal", 43.37, 44.03, 13.2, 0.0, {}, [], None, 0.0, objective=44.03, milp_in_full=True)
+    planned = []
+    solver = SimpleNamespace(reuse=lambda r: None, solve=lambda r, c: planned.append(r) or "its own plan")
+    assert PointSolver.one_more_device(solver, request, None, short, ("small", 1)) == "its own plan"
+    assert planned == [request]

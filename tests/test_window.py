@@ -561,7 +561,7 @@ def test_a_replan_whose_moves_keep_it_from_being_served_in_full_gives_flow_up():
 
 def test_serving_in_full_is_not_tried_with_less_time_left_than_the_first_solve_took():
     """in_full_guarded under a deadline that leaves less than the first solve took returns its inputs at
-    once: the re-solve (and its capped tables, ~1.7 s on generated request 25) would not end in time."""
+    once: the re-solve (a second cost MIP, 3.6 s on generated request 25) would not end in time."""
     import time
 
     from bench.fidelity import generated

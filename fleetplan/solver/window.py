@@ -89,7 +89,8 @@ def in_full_guarded(
     lower: the lexicographic optimum within the promise then serves it all too where the fleet can (phi 1,
     all the goodput there is), so it is the `min_cost` plan, solved as a `min_cost` request is
     (`optimize_guarded`: on the guard's headroom for whole-demand windows, with what is left of the time
-    limit). That plan where it is optimal, serves every class and the guard holds on it; the inputs
+    limit). That plan where it serves every class and the guard holds on it (its cost MIP's gap in
+    SolverInfo.tie_break, as for the folded solve); the inputs
     otherwise (and without trying where less time is left than the first solve took), which `window_guard`
     then guards by giving flow up on the same hardware (docs/formulation.md, "A `max_goodput` plan that
     serves every class in full")."""
@@ -105,7 +106,8 @@ def in_full_guarded(
     again = optimize_guarded(as_cost, dataclasses.replace(cand, request=as_cost), deadline)
     joined = _joined(outcome, again, began)
     solve_ms = outcome.solve_ms + (time.perf_counter() - entered) * 1e3
-    kept = again.termination is Termination.OPTIMAL and _in_full(request, again.candidates, again, held=True)
+    # goodput is proven (every class in full is the bound); the cost MIP's own gap goes to tie_break
+    kept = again.values is not None and _in_full(request, again.candidates, again, held=True)
     if not kept:  # the plan stays, the re-solve's calls join its stages
         return cand, dataclasses.replace(outcome, stages=joined.stages, solve_ms=solve_ms)
     last = next((r for r in reversed(again.stages) if r.step == "primary"), None)
@@ -200,11 +202,7 @@ def optimize_guarded(request: PlanRequest, cand: Candidates, deadline: Deadline 
     tables ride on the outcome (`candidates`); every solve's calls are in its stages."""
     began = time.perf_counter()
     prior = prior_tables(request, cand)
-    if prior is None:
-        outcome = optimize(request, cand)
-    else:  # the capped tables' time (their headroom per use: ~1.7 s on generated request 25) counts too
-        left = max(seconds_left(request.options.time_limit_s, began, deadline), MIN_ROUND_S)
-        outcome = optimize(_limited(request, left), prior)
+    outcome = optimize(request, cand if prior is None else prior)
     if prior is not None and outcome.termination is Termination.INFEASIBLE:
         # the plan must come from the uncapped tables now: at least MIN_ROUND_S, even past the limit
         left = max(seconds_left(request.options.time_limit_s, began, deadline), MIN_ROUND_S)

@@ -89,6 +89,9 @@ class Solved:
     # devices per type of the MILP's own instances: what reuse compares with a point's device capacities
     # (`used` may be lower after the pooled credit, as `cost` is)
     milp_used: dict[str, int] = field(default_factory=dict)
+    # the MILP served every class in full, the plan does not: serving it in full on the window guard's
+    # headroom needed more than the point has (window.in_full_guarded), so one more device may make it
+    milp_in_full: bool = False
 
 
 @dataclass(frozen=True)
@@ -277,7 +280,8 @@ class PointSolver:
         kept = self.reuse(more)
         if kept is not None:
             return kept
-        if more.options.objective != "max_goodput" or solved.objective is None or not same:
+        short = solved.milp_in_full and solved.slo_rps < solved.demand_rps * (1 - SERVED_TOL)
+        if more.options.objective != "max_goodput" or solved.objective is None or not same or short:
             return self.solve(more, cand)
         floor = solved.objective + more.options.mip_rel_gap * max(abs(solved.objective), 1.0)
         began = time.perf_counter()
@@ -355,6 +359,8 @@ def summarize(request: PlanRequest, cand: Candidates, outcome: Outcome, status: 
     spend = float(pool_cost(cand) @ instances)
     milp_used = extract.devices_used(cand, instances)
     demand = float(cand.classes["rate_rps"].sum())
+    milp_flow = milp_values[outcome.columns.use_offset : outcome.columns.use_offset + len(cand.uses)]
+    milp_served = float(extract.served_by_class(cand, np.maximum(milp_flow, 0.0)).sum())
     cand, outcome = settle(cand.request, cand, outcome, fell_back=status == "infeasible")
     # a plan served in full on the guard's headroom (window.in_full_guarded) takes other instances than
     # the MILP's: a lower budget or count answers with it only where it fits there too
@@ -382,6 +388,7 @@ def summarize(request: PlanRequest, cand: Candidates, outcome: Outcome, status: 
         objective=objective,
         spend=round(spend, 9),
         milp_used=milp_used,
+        milp_in_full=milp_served >= demand * (1 - SERVED_TOL),
     )
 
 
