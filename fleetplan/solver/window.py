@@ -90,10 +90,9 @@ def in_full_guarded(
     all the goodput there is), so it is the `min_cost` plan, solved as a `min_cost` request is
     (`optimize_guarded`: on the guard's headroom for whole-demand windows, with what is left of the time
     limit). That plan where it serves every class and the guard holds on it (its cost MIP's gap in
-    SolverInfo.tie_break, as for the folded solve); the inputs
-    otherwise (and without trying where less time is left than the first solve took), which `window_guard`
-    then guards by giving flow up on the same hardware (docs/formulation.md, "A `max_goodput` plan that
-    serves every class in full")."""
+    SolverInfo.tie_break, as for the folded solve); the inputs otherwise (and without trying where less
+    time is left than the first solve took), which `window_guard` then guards by giving flow up on the
+    same hardware (docs/formulation.md, "A `max_goodput` plan that serves every class in full")."""
     if not _in_full(request, cand, outcome):
         return cand, outcome
     entered = time.perf_counter()
