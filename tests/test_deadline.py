@@ -166,3 +166,35 @@ def test_a_min_cost_fallback_gets_what_is_left_of_the_limit(monkeypatch):
     assert window.optimize_or_fall_back(request, cand, None) == ("max_goodput", True)
     (limit,) = limits
     assert 4.0 < limit <= 4.5
+
+
+@pytest.mark.parametrize("under_deadline", [False, True])
+def test_a_min_cost_plans_capped_tables_take_their_time_from_the_deadline_only(monkeypatch, under_deadline):
+    """optimize_guarded: the capped tables (prior_tables, here made to take 0.3 s) come out of the first
+    solve's limit under a deadline, which they would otherwise overrun; without one the first solve keeps
+    the request's whole limit (a short min_cost limit would leave it no time)."""
+    from fleetplan.solver import window
+
+    request = _with_limit(read_request(fixtures.request_path("paper")), 5.0)
+    request = msgspec.structs.replace(
+        request, options=msgspec.structs.replace(request.options, objective="min_cost")
+    )
+    limits = []
+
+    def slow_prior(request, cand):
+        time.sleep(0.3)
+        return cand
+
+    def optimize(request, cand):
+        limits.append(request.options.time_limit_s)
+        return SimpleNamespace(termination=window.Termination.OPTIMAL, values=None, candidates=cand)
+
+    monkeypatch.setattr(window, "prior_tables", slow_prior)
+    monkeypatch.setattr(window, "optimize", optimize)
+    monkeypatch.setattr(window, "capped_tables", lambda request, cand, outcome: None)
+    cand = SimpleNamespace(churn=None)
+    window.optimize_guarded(request, cand, Deadline.after(60.0) if under_deadline else None)
+    if under_deadline:
+        assert limits[0] < 5.0 - 0.25
+    else:
+        assert limits == [5.0]

@@ -198,10 +198,17 @@ def optimize_guarded(request: PlanRequest, cand: Candidates, deadline: Deadline 
     (the fleet cannot serve all its demand within the promise: plan() then falls back to max_goodput), but for
     a churn-limited re-plan, where the move limit may be what it cannot meet: there, as for a capped solve
     stopped without a plan, the last plan stays (with its window warnings, `unguarded_warnings`). The capped
-    tables ride on the outcome (`candidates`); every solve's calls are in its stages."""
+    tables ride on the outcome (`candidates`); every solve's calls are in its stages. Under `deadline` the
+    first solve gets what is left after the capped tables; without one, the request's whole limit (a short
+    min_cost limit would otherwise leave its capped solve no time: session 33's second review)."""
     began = time.perf_counter()
     prior = prior_tables(request, cand)
-    outcome = optimize(request, cand if prior is None else prior)
+    first = request
+    if deadline is not None:  # the capped tables' time (0.2-0.5 s on generated request 25) is the deadline's
+        first = _limited(
+            request, max(seconds_left(request.options.time_limit_s, began, deadline), MIN_ROUND_S)
+        )
+    outcome = optimize(first, cand if prior is None else prior)
     if prior is not None and outcome.termination is Termination.INFEASIBLE:
         # the plan must come from the uncapped tables now: at least MIN_ROUND_S, even past the limit
         left = max(seconds_left(request.options.time_limit_s, began, deadline), MIN_ROUND_S)
