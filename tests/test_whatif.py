@@ -572,7 +572,8 @@ def test_http_json_csv_and_pictures():
         lines = table.text.strip().splitlines()
         assert len(lines) == 5
         assert lines[0].startswith("budget_per_hour,demand_scale,status,slo_rps")
-        png = _post(client, lean, accept="image/png", query="?plot=frontier")
+        # q-values decide (the first draft answered SVG whenever Accept named it at all)
+        png = _post(client, lean, accept="image/png;q=1, image/svg+xml;q=0.1", query="?plot=frontier")
         assert png.headers["content-type"] == "image/png"
         assert png.content.startswith(PNG_MAGIC)
         svg = _post(client, lean, accept="image/svg+xml", query="?plot=heatmap")
@@ -599,6 +600,18 @@ def test_http_bad_input_is_a_problem_naming_the_field(change, query, field, says
     problem = answer.json()
     assert problem["field"] == field
     assert says in problem["detail"]
+
+
+def test_http_an_accept_no_form_answers_is_a_406_before_any_solve():
+    with TestClient(app=create_app()) as client:
+        answer = _post(client, _body(), accept="application/json", query="?plot=frontier")
+        assert answer.status_code == 406
+        assert answer.headers["content-type"].startswith("application/problem+json")
+        problem = answer.json()
+        assert problem["field"] == "accept"
+        assert problem["type"] == "urn:fleetplan:problem:not-acceptable"
+        assert "image/svg+xml or image/png" in problem["detail"]
+        assert 'fleetplan_solves_total{kind="whatif"' not in client.get("/metrics").text  # refused up front
 
 
 def test_cli_writes_csv_and_plots(tmp_path):

@@ -130,6 +130,8 @@ def _problems(*statuses: int) -> dict[int, ResponseSpec]:
         401: "A missing or invalid `Authorization: Bearer` token (writes, and reads under "
         "FLEETPLAN_READ_AUTH); the answer carries `WWW-Authenticate: Bearer`.",
         403: "Writes are disabled on this server (no API token configured, anonymous writes off).",
+        406: "`Accept` names no form the route answers in (POST /whatif: JSON, CSV, or with ?plot= SVG "
+        "or PNG).",
         404: "A stored fleet, plan or run of that name or id does not exist.",
         409: "A profile set of that name exists (send ?replace=true), or the name is a bundled set's.",
         413: "The body is larger than the server's cap (FLEETPLAN_MAX_BODY_BYTES).",

@@ -21,6 +21,7 @@ from fleetplan.models.errors import (
     Forbidden,
     InputError,
     LimitExceeded,
+    NotAcceptable,
     NotFound,
     PlannerError,
     PlanVerificationError,
@@ -45,6 +46,7 @@ ERRORS: dict[type[PlannerError], tuple[str, int]] = {
     cls: (slug, cls.status_code)
     for cls, slug in [
         (InputError, "invalid-request"),
+        (NotAcceptable, "not-acceptable"),
         (ProfileMissing, "profile-missing"),
         (LimitExceeded, "over-limit"),
         (Unauthorized, "unauthorized"),

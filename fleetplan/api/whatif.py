@@ -10,6 +10,7 @@ from typing import Annotated, Any
 import anyio.to_thread
 from litestar import Request, Response, post
 from litestar.datastructures import State
+from litestar.datastructures.headers import Accept
 from litestar.dto import AbstractDTO
 from litestar.enums import RequestEncodingType
 from litestar.openapi import ResponseSpec
@@ -20,12 +21,13 @@ from fleetplan.api.observe import ARRIVED_KEY
 from fleetplan.api.service import check_plan_limits
 from fleetplan.api.workers import SolvePool, whatif_in_child
 from fleetplan.models.codec import convert, decode, encode
-from fleetplan.models.errors import ClientGone, DeadlineExceeded, InputError
+from fleetplan.models.errors import ClientGone, DeadlineExceeded, InputError, NotAcceptable
 from fleetplan.models.plan import PlanRequest
 from fleetplan.models.whatif import WhatIfRequest, WhatIfResult
 from fleetplan.profiler.store import ProfileStore
 
 CSV = "text/csv"
+JSON = "application/json"
 PNG = "image/png"
 SVG = "image/svg+xml"
 
@@ -55,11 +57,18 @@ def whatif_deadline_s(request: WhatIfRequest) -> float:
 
 
 def _form(accept: str, plot: str | None) -> str:
-    """The media type to answer: a picture when `plot` is given, else CSV or JSON by Accept."""
-    accept = accept.lower()
-    if plot is not None:
-        return PNG if PNG in accept and SVG not in accept else SVG
-    return CSV if CSV in accept else "application/json"
+    """The media type to answer, by `Accept` (its q-values and wildcards; none: the first form): with
+    `plot` SVG or PNG, else JSON or CSV. NotAcceptable (406) where Accept takes none of them."""
+    offered = [SVG, PNG] if plot is not None else [JSON, CSV]
+    if not accept.strip():
+        return offered[0]
+    chosen = Accept(accept).best_match(offered)
+    if chosen is None:
+        what = f"?plot={plot} answers" if plot is not None else "without ?plot= this route answers"
+        hint = "" if plot is not None else "; a picture needs ?plot=frontier|devices|heatmap"
+        msg = f"{accept!r} takes none of what {what}: {' or '.join(offered)}{hint}"
+        raise NotAcceptable(msg, field="accept")
+    return chosen
 
 
 @post(
@@ -76,7 +85,7 @@ def _form(accept: str, plot: str | None) -> str:
         "(`Accept: image/svg+xml` or `image/png`)."
     ),
     responses={
-        **_problems(400, 401, 413, 415, 422, 500, 503),
+        **_problems(400, 401, 406, 413, 415, 422, 500, 503),
         200: ResponseSpec(data_container=WhatIfResult, description="The sweep (JSON, CSV or a picture)."),
     },
     tags=["planning"],
@@ -121,7 +130,7 @@ async def post_whatif(
         return Response(content=body, media_type=form)
     if form == CSV:
         return Response(content=to_csv(result).encode(), media_type=CSV)
-    return Response(content=encode(result), media_type="application/json")
+    return Response(content=encode(result), media_type=JSON)
 
 
 __all__ = ["post_whatif"]

@@ -27,6 +27,14 @@ class InputError(PlannerError):
     title = "Invalid request"
 
 
+class NotAcceptable(InputError):
+    """The client's `Accept` names no form the route can answer in (POST /whatif: JSON or CSV, or with
+    `?plot=` SVG or PNG)."""
+
+    status_code = 406
+    title = "Not acceptable"
+
+
 class ProfileMissing(PlannerError):
     """A profile set, or rows a request needs from it, do not exist."""
 
