@@ -1,0 +1,138 @@
+"""The what-if pictures as a reader sees them: which curves are drawn, where, and how they read (synthetic
+sweeps, no solves; the files themselves are checked in tests/test_whatif.py)."""
+
+import matplotlib.colors
+import pytest
+
+from fleetplan.models.whatif import BaselinePoint, Point, PointBaselines, WhatIfResult, WhatIfSolver
+from fleetplan.whatif.frontier import frontier
+from fleetplan.whatif.plots import devices_figure, frontier_figure, heatmap_figure, pyplot
+
+
+def point(
+    coords: dict[str, float], rps: float, cost: float, demand: float, gpu=(1.0, 1.0), greedy=(2.0, 2.0)
+):
+    return Point(
+        coords=coords,
+        status="optimal",
+        slo_rps=rps,
+        demand_rps=demand,
+        cost_per_hour=cost,
+        mip_gap=0.0,
+        devices={"gpu": int(cost), "tpu": 1},
+        baselines=PointBaselines(
+            gpu_only=BaselinePoint(slo_rps=gpu[0], cost_per_hour=gpu[1]),
+            greedy=BaselinePoint(slo_rps=greedy[0], cost_per_hour=greedy[1]),
+        ),
+    )
+
+
+def result(axes: list[str], points: list[Point]) -> WhatIfResult:
+    solver = WhatIfSolver(
+        backend="highs", executor="serial", workers=1, candidates_built=1, solves=1, reused=0
+    )
+    return WhatIfResult(axes=axes, points=points, frontier=frontier(points), solver=solver, wall_ms=1.0)
+
+
+@pytest.fixture
+def plt():
+    plt = pyplot()
+    yield plt
+    plt.close("all")
+
+
+def legend_texts(figure) -> list[str]:
+    return [t.get_text() for legend in figure.legends for t in legend.get_texts()]
+
+
+def test_a_budget_sweep_draws_baselines_as_steps_and_a_panel_against_the_budget(plt):
+    sweep = result(
+        ["budget_per_hour"],
+        [
+            point({"budget_per_hour": 2}, 3.0, 2.0, 10, gpu=(1.0, 1.0), greedy=(2.0, 2.0)),
+            point({"budget_per_hour": 4}, 6.0, 4.0, 10, gpu=(1.5, 2.0), greedy=(2.5, 3.0)),
+            point({"budget_per_hour": 6}, 8.0, 6.0, 10, gpu=(1.5, 2.0), greedy=(5.0, 6.0)),
+        ],
+    )
+    figure = frontier_figure(sweep, plt)
+    by_cost, by_budget = figure.axes
+    assert by_cost.get_xlabel() == "cost of the devices in use, $/h"
+    assert by_budget.get_xlabel() == "budget, $/h"
+    # every curve a step: what a spend or a budget buys holds until more buys more (a straight line made
+    # the greedy baseline look better than the plan between two points)
+    curves = [line for ax in figure.axes for line in ax.get_lines() if line.get_linestyle() != "--"]
+    assert curves
+    assert {line.get_drawstyle() for line in curves} == {"steps-post"}
+    # the baselines at each budget, on the budget panel: GPU-only holds 1.5 from 4 $/h on
+    gpu = next(line for line in by_budget.get_lines() if line.get_label() == "GPU-only baseline")
+    assert list(gpu.get_xdata()) == [2, 4, 6]
+    assert list(gpu.get_ydata()) == [1.0, 1.5, 1.5]
+    texts = legend_texts(figure)
+    for name in ("GPU-only baseline", "greedy baseline", "Pareto frontier (plan)", "demand (10 req/s)"):
+        assert name in texts
+    assert not by_cost.get_legend()  # one legend below the panels, over no data
+
+
+def test_two_axes_give_each_scenario_its_own_frontier(plt):
+    # at 5 $/h the 1x scenario's best plan (8 req/s) is beaten by the 1.5x scenario's (12 req/s): one
+    # frontier across the scenarios drops it, each scenario's own keeps it
+    points = [
+        point({"budget_per_hour": b, "demand_scale": s}, rps, cost, 10 * s)
+        for b, s, rps, cost in [
+            (3, 1.0, 5.0, 3.0),
+            (3, 1.5, 6.0, 3.0),
+            (5, 1.0, 8.0, 5.0),
+            (5, 1.5, 12.0, 5.0),
+        ]
+    ]
+    sweep = result(["budget_per_hour", "demand_scale"], points)
+    assert 2 not in sweep.frontier
+    figure = frontier_figure(sweep, plt)
+    by_cost = figure.axes[0]
+    steps = [line for line in by_cost.get_lines() if line.get_linewidth() == 1.6]
+    drawn = {
+        matplotlib.colors.to_hex(line.get_color()): list(zip(line.get_xdata(), line.get_ydata(), strict=True))
+        for line in steps
+    }
+    assert drawn[matplotlib.colors.to_hex("C0")] == [(3.0, 5.0), (5.0, 8.0)]
+    assert drawn[matplotlib.colors.to_hex("C1")] == [(3.0, 6.0), (5.0, 12.0)]
+    texts = legend_texts(figure)
+    assert {"demand scale 1", "demand scale 1.5", "greedy baseline", "GPU-only baseline"} <= set(texts)
+    # each scenario's demand in its colour, none drawn as the largest for all
+    levels = {line.get_ydata()[0] for line in by_cost.get_lines() if line.get_linestyle() == "--"}
+    assert levels == {10.0, 15.0}
+
+
+def test_a_demand_sweep_draws_the_demand_along_its_axis(plt):
+    points = [point({"demand_scale": s}, min(10 * s, 12.0), 6.0, 10 * s) for s in (0.5, 1.0, 1.5)]
+    figure = frontier_figure(result(["demand_scale"], points), plt)
+    by_scale = figure.axes[1]
+    assert by_scale.get_xlabel() == "demand scale, x the base rates"
+    assert list(by_scale.get_xticks()) == [0.5, 1.0, 1.5]
+    demand = next(line for line in by_scale.get_lines() if line.get_label() == "demand")
+    assert list(demand.get_ydata()) == [5.0, 10.0, 15.0]
+
+
+def test_devices_ticks_sit_at_the_swept_values_on_one_scale_with_the_legend_outside(plt):
+    points = [
+        point({"budget_per_hour": b, "demand_scale": s}, 1.0, cost, 10)
+        for b, s, cost in [(8, 1, 3.0), (14, 1, 9.0), (8, 2, 5.0), (14, 2, 15.0)]
+    ]
+    figure = devices_figure(result(["budget_per_hour", "demand_scale"], points), plt)
+    first, second = figure.axes
+    assert list(first.get_xticks()) == [8, 14]
+    assert first.get_ylim() == second.get_ylim()  # sharey: 16 devices reads as 16 in both
+    assert first.get_legend() is None
+    assert legend_texts(figure) == ["gpu", "tpu"]
+    assert second.get_title() == "demand scale = 2"
+
+
+def test_heatmap_values_are_dark_on_light_cells_and_white_on_dark(plt):
+    points = [
+        point({"budget_per_hour": b, "demand_scale": s}, rps, 1.0, 10)
+        for b, s, rps in [(1, 1, 1.0), (2, 1, 5.0), (1, 2, 6.0), (2, 2, 20.0)]
+    ]
+    figure = heatmap_figure(result(["budget_per_hour", "demand_scale"], points), plt)
+    colours = {t.get_text(): matplotlib.colors.to_hex(t.get_color()) for t in figure.axes[0].texts}
+    assert colours["20.0"] == "#000000"  # the colour map's yellow end
+    assert colours["1.0"] == "#ffffff"  # its dark purple end
