@@ -640,6 +640,12 @@ def test_cli_writes_csv_and_plots(tmp_path):
     bad = runner.invoke(main, ["whatif", str(request), "--axis", "budget_per_hour=-1:5:3", "--no-progress"])
     assert bad.exit_code == 2
     assert "axes[0].values" in bad.output
+    # two documents on stdout, CSV then JSON, were neither a CSV nor a JSON a tool could read
+    both = runner.invoke(
+        main, ["whatif", str(request), "--axis", "budget_per_hour=1,2", "--json", "--csv", "-"]
+    )
+    assert both.exit_code == 2
+    assert "--json and --csv - both write to stdout" in both.output
 
 
 def test_csv_has_one_row_per_point(budget_sweep):

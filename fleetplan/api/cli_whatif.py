@@ -110,12 +110,14 @@ def whatif_command(
     """Sweep the request in REQUEST (a file or a bundled example) over one or two axes: per point the
     plan's SLO RPS, cost, devices, binding limits and marginal RPS per device; the Pareto frontier."""
     from fleetplan.models.codec import encode
-    from fleetplan.models.errors import PlannerError
+    from fleetplan.models.errors import InputError, PlannerError
     from fleetplan.whatif import run_whatif, to_csv
     from fleetplan.whatif.executors import make_executor
     from fleetplan.whatif.plots import write_plots
 
     try:
+        if as_json and csv_path is not None and str(csv_path) == "-":  # one document on stdout, not two
+            raise InputError("--json and --csv - both write to stdout; give --csv a file", field="--csv")
         request = _whatif_request(file, axes, baselines, marginal)
         _check_writable(csv_path, plot_dir)  # before the sweep, not after it
         executor = make_executor(workers, scheduler)
