@@ -177,11 +177,12 @@ def frontier_figure(result: WhatIfResult, plt: Any) -> Any:
     by_cost.set_title("against cost: the Pareto frontier", fontsize="medium")
     by_axis.set_xlabel(axis_label(along))
     _ticks_at(by_axis, np.array([p.coords[along] for p in points]))
-    what = "what each budget buys" if along == "budget_per_hour" else "each point's plan"
-    by_axis.set_title(f"against the {short_label(along)}: {what}", fontsize="medium")
+    budget = along == "budget_per_hour"
+    what = "against the budget: what each budget buys" if budget else f"along {short_label(along)}: each plan"
+    by_axis.set_title(what, fontsize="medium")
     _frontier_legend(figure, (by_cost, by_axis), many)
     names = " x ".join(short_label(a) for a in result.axes)
-    figure.suptitle(f"What-if over the {names}: {len(points)} points, {shown} distinct plans on the frontier")
+    figure.suptitle(f"What-if over {names}: {len(points)} points, {shown} distinct plans on the frontier")
     return figure
 
 
