@@ -596,3 +596,95 @@ def test_a_max_min_fraction_plan_that_serves_everything_is_served_in_full_within
     assert result.objective_value == pytest.approx(1.0, rel=1e-7)
     assert result.solver.tie_break.endswith("(served in full on the window guard's headroom)")
     assert not [w for w in result.warnings if w.startswith("window:")]
+
+
+def _acme(ttft_chat_ms: float, with_chat: bool = True):
+    """A two-device fleet of a custom model on inline rows (a new user's request, session 34): `chat`
+    at TTFT `ttft_chat_ms` p90 and `summarize` (p99), whose pools the window guard lowers."""
+    from fleetplan.models.codec import convert
+    from fleetplan.models.plan import PlanRequest
+
+    rows = []
+    for device, prefill, decode in (("h100", 0.05, 9.0), ("acc-x", 0.16, 14.0)):
+        for tp in (1, 2):
+            for batch in (1, 4, 8):
+                for prompt in (256, 1024, 2048):
+                    ttft = (5 + prefill * batch * prompt) / (tp * 0.9)
+                    tbt = decode / (tp * 0.85) * (1 + 0.04 * batch) + 0.0005 * batch * prompt / 1000
+                    quantiles = {
+                        f"{k}_ms_p{p}": v * f
+                        for k, v in (("ttft", ttft), ("tbt", tbt))
+                        for p, f in ((50, 1.0), (90, 1.07), (99, 1.15))
+                    }
+                    rows.append(
+                        {
+                            "model": "acme-8b",
+                            "device": device,
+                            "tp": tp,
+                            "batch": batch,
+                            "prompt_tokens": prompt,
+                            **quantiles,
+                        }
+                    )
+    chat = {
+        "name": "chat",
+        "model": "acme-8b",
+        "prompt_tokens": 512,
+        "output_tokens": 256,
+        "rate_rps": 12,
+        "slo": {"ttft_ms": ttft_chat_ms, "tbt_ms": 40, "percentile": 90},
+    }
+    summarize = {
+        "name": "summarize",
+        "model": "acme-8b",
+        "prompt_tokens": 1800,
+        "output_tokens": 128,
+        "rate_rps": 4,
+        "slo": {"ttft_ms": 1500, "tbt_ms": 60, "percentile": 99},
+    }
+    request = {
+        "devices": [
+            {
+                "name": "h100",
+                "count": 2,
+                "kind": "gpu",
+                "memory_gib": 80,
+                "network_gbps": 100,
+                "cost_per_hour": 4.0,
+            },
+            {
+                "name": "acc-x",
+                "count": 6,
+                "kind": "other",
+                "memory_gib": 32,
+                "network_gbps": 25,
+                "cost_per_hour": 1.2,
+            },
+        ],
+        "links": [
+            {"source": "h100", "target": "acc-x", "gbps": 10},
+            {"source": "acc-x", "target": "h100", "gbps": 10},
+        ],
+        "models": [{"name": "acme-8b", "layers": 32, "kv_heads": 8, "head_dim": 128}],
+        "workloads": [chat, summarize] if with_chat else [summarize],
+        "profiles": {"rows": rows},
+        "options": {"time_limit_s": 20},
+    }
+    return convert(request, PlanRequest)
+
+
+def test_a_class_no_pool_serves_does_not_keep_the_others_from_being_served_in_full():
+    """Found by a new user's request (session 34): `chat` at a TTFT no device meets (5 ms) has no candidate
+    pool. The MILP served `summarize` in full, but serving in full on the guard's headroom asked for every
+    class in full, `chat` included, so it was not tried: the guard gave 0.26 of summarize's 4 RPS up on
+    the same hardware while both H100 stood idle, and the plan fell below the GPU-only baseline. What any
+    plan can serve of a class with no pool is nothing (formulation.servable_demand): the plan serves
+    `summarize` in full, as the same request without `chat` does, at the same cost."""
+    with_chat = plan(_acme(5.0), with_baselines=False)
+    alone = plan(_acme(5.0, with_chat=False), with_baselines=False)
+    served = {w.name: w.served_rps for w in with_chat.workloads}
+    assert served == {"chat": 0.0, "summarize": pytest.approx(4.0, rel=1e-7)}
+    assert alone.slo_rps == pytest.approx(4.0, rel=1e-7)
+    assert with_chat.cost_per_hour == pytest.approx(alone.cost_per_hour, rel=1e-9)
+    assert with_chat.solver.tie_break.endswith("(served in full on the window guard's headroom)")
+    assert "no device meets TTFT 5 ms" in next(w.reason for w in with_chat.workloads if w.name == "chat")

@@ -349,6 +349,14 @@ def _rows_of(row_codes: np.ndarray, codes: np.ndarray) -> np.ndarray:
     return np.where(found, at, -1)
 
 
+def servable_demand(cand: Candidates) -> np.ndarray:
+    """Each class's demand (RPS) where some candidate pool can serve it, 0 where none can: all the demand
+    any plan can serve, class by class (what "serving everything" means for max_goodput's one-solve fold
+    and the window guard's serving in full; min_cost keeps every class's whole demand)."""
+    t = model_arrays(cand)
+    return np.where(np.isin(np.arange(len(t.class_demand)), t.w), t.class_demand, 0.0)
+
+
 def served_coefficients(cand: Candidates) -> tuple[np.ndarray, np.ndarray]:
     """(use index, class) of the columns whose sum is served[w]: colocated and prefill flows."""
     t = model_arrays(cand)
@@ -735,10 +743,7 @@ def define_fairness(cand: Candidates, cols: Columns) -> Block:
     if not cols.has_phi:
         return _empty("fairness")
     index, w = served_coefficients(cand)
-    t = model_arrays(cand)
-    demand = t.class_demand
-    servable = np.isin(np.arange(len(demand)), t.w)
-    demand = np.where(servable, demand, 0.0)  # a class no pool can serve would pin phi at 0
+    demand = servable_demand(cand)  # a class no pool can serve would pin phi at 0
     with_demand = np.flatnonzero(demand > 0)
     rows = np.concatenate([w, with_demand])
     columns = np.concatenate([cols.use_offset + index, np.full(len(with_demand), cols.phi)])

@@ -46,6 +46,7 @@ from fleetplan.solver.formulation import (
     device_use_row,
     matrix_for,
     previous_instances,
+    servable_demand,
     switch_values,
 )
 from fleetplan.solver.neighbourhood import improve
@@ -377,20 +378,21 @@ def fold_stages(
 ) -> tuple[SolveResult, _Final] | None:
     """Step 2b: the exact one-solve case of the cost tie-break, or None (then steps 3-5 run).
 
-    When the goodput LP serves every class fully (its value is U = sum_w v_w lambda_w, every v_w > 0),
-    a plan that serves every class is goodput-optimal, and among those the lexicographic optimum is the
-    cheapest: the min_cost model (demand rows as equalities, phi fixed at 1). Its feasibility is only
-    known once an integer plan serves everything, so the fold runs only when the boxed sub-MIP
-    (primal_start) finds one; otherwise (the integers cannot serve it all) the staged route runs. The
-    cost MIP is then the one MIP of the request, recorded as the "primary" step of stage "cost";
-    docs/formulation.md ("The cost tie-break in one solve") has the proof and why no weighting
+    When the goodput LP serves every class fully (its value is U = sum_w v_w lambda_w, every v_w > 0;
+    a class no candidate pool serves counts with lambda_w = 0, formulation.servable_demand: no plan
+    serves any of it), a plan that serves every class is goodput-optimal, and among those the
+    lexicographic optimum is the cheapest: the min_cost model (demand rows as equalities, phi fixed at
+    1). Its feasibility is only known once an integer plan serves everything, so the fold runs only when
+    the boxed sub-MIP (primal_start) finds one; otherwise (the integers cannot serve it all) the staged
+    route runs. The cost MIP is then the one MIP of the request, recorded as the "primary" step of stage
+    "cost"; docs/formulation.md ("The cost tie-break in one solve") has the proof and why no weighting
     goodput - eps * cost is exact on this model.
     """
     names = [name for name, _ in stages]
     if names[-1] != "cost" or "goodput" not in names or len(relaxed) < len(stages):
         return None
     classes = model.cand.classes
-    weight, demand = classes["weight"].to_numpy(float), classes["rate_rps"].to_numpy(float)
+    weight, demand = classes["weight"].to_numpy(float), servable_demand(model.cand)
     full = float(weight @ demand)
     goodput_lp = relaxed[names.index("goodput")].objective
     if np.any(weight[demand > 0] <= 0) or goodput_lp is None or goodput_lp < full - _slack(full):

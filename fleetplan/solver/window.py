@@ -40,7 +40,7 @@ from fleetplan.solver.backends import Sense, SolveResult, Termination
 from fleetplan.solver.candidates import Candidates, keep_pools
 from fleetplan.solver.deadline import Deadline, after_solve_s, holding, seconds_left
 from fleetplan.solver.extract import capacity_used, served_by_class
-from fleetplan.solver.formulation import MatrixForm, use_demand
+from fleetplan.solver.formulation import MatrixForm, servable_demand, use_demand
 from fleetplan.solver.headroom import pool_queues, pooled_rho
 from fleetplan.solver.optimize import Outcome, lock_stage, optimize
 from fleetplan.solver.pooled import (
@@ -84,7 +84,8 @@ def in_full_guarded(
     outcome: Outcome,
     deadline: Deadline | None = None,
 ) -> tuple[Candidates, Outcome]:
-    """A `max_goodput` or `max_min_fraction` plan that serves every class in full (the one-solve
+    """A `max_goodput` or `max_min_fraction` plan that serves every class in full (a class no candidate
+    pool serves has nothing to serve: formulation.servable_demand; the one-solve
     tie-break, optimize.fold_stages, or a staged solve that serves it all) but whose pools the guard would
     lower: the lexicographic optimum within the promise then serves it all too where the fleet can (phi 1,
     all the goodput there is), so it is the `min_cost` plan, solved as a `min_cost` request is
@@ -102,7 +103,9 @@ def in_full_guarded(
         return cand, outcome
     options = msgspec.structs.replace(request.options, objective="min_cost", time_limit_s=left)
     as_cost = msgspec.structs.replace(request, options=options)
-    again = optimize_guarded(as_cost, dataclasses.replace(cand, request=as_cost), deadline)
+    # min_cost of what any plan can serve: a class no candidate pool serves asks for nothing there
+    servable = cand.classes.assign(rate_rps=servable_demand(cand))
+    again = optimize_guarded(as_cost, dataclasses.replace(cand, request=as_cost, classes=servable), deadline)
     joined = _joined(outcome, again, began)
     solve_ms = outcome.solve_ms + (time.perf_counter() - entered) * 1e3
     # goodput is proven (every class in full is the bound); the cost MIP's own gap goes to tie_break
@@ -112,7 +115,7 @@ def in_full_guarded(
     last = next((r for r in reversed(again.stages) if r.step == "primary"), None)
     served = dataclasses.replace(
         joined,
-        candidates=dataclasses.replace(again.candidates, request=request),
+        candidates=dataclasses.replace(again.candidates, request=request, classes=cand.classes),
         primary_value=outcome.primary_value,  # every class in full: the same goodput (and phi 1)
         primary_bound=outcome.primary_bound,
         lp_bound=outcome.lp_bound,
@@ -135,7 +138,8 @@ def _in_full_message(last: StageRecord | None) -> str:
 
 def _in_full(request: PlanRequest, cand: Candidates, outcome: Outcome, held: bool = False) -> bool:
     """Whether `outcome` (on tables `cand`) is a guarded `max_goodput` or `max_min_fraction` plan that
-    serves every class's whole demand (within IN_FULL_TOL of it, and FLOW_TOL) and whose pools the guard
+    serves every class's whole demand (within IN_FULL_TOL of it, and FLOW_TOL; a class no candidate pool
+    serves has none, formulation.servable_demand) and whose pools the guard
     would lower, or with `held`, would not."""
     if (
         outcome.values is None
@@ -146,7 +150,7 @@ def _in_full(request: PlanRequest, cand: Candidates, outcome: Outcome, held: boo
     cols = outcome.columns
     flow = outcome.values[cols.use_offset : cols.use_offset + len(cand.uses)]
     served = served_by_class(cand, np.maximum(flow, 0.0))
-    demand = cand.classes["rate_rps"].to_numpy(float)
+    demand = servable_demand(cand)  # a class no candidate pool serves: nothing to serve in full
     if (served < demand * (1 - IN_FULL_TOL) - FLOW_TOL).any():
         return False
     falls = _guarded_rho(cand, outcome, outcome.values, cand.pools["rho"].to_numpy(float)) is not None

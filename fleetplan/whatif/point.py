@@ -38,7 +38,7 @@ from fleetplan.profiler.tables import ProfileTable
 from fleetplan.solver import baselines, extract
 from fleetplan.solver.backends import Termination, relative_gap
 from fleetplan.solver.candidates import Candidates, build_candidates, check_profiles_cover, device_table
-from fleetplan.solver.formulation import pool_cost, spends_all, with_matrix_memo
+from fleetplan.solver.formulation import pool_cost, servable_demand, spends_all, with_matrix_memo
 from fleetplan.solver.optimize import Outcome, optimize_above
 from fleetplan.solver.window import optimize_or_fall_back, settle
 from fleetplan.whatif.grid import one_more, shares_candidates, variant, widened
@@ -89,9 +89,11 @@ class Solved:
     # devices per type of the MILP's own instances: what reuse compares with a point's device capacities
     # (`used` may be lower after the pooled credit, as `cost` is)
     milp_used: dict[str, int] = field(default_factory=dict)
-    # the MILP served every class in full, the plan does not: serving it in full on the window guard's
-    # headroom needed more than the point has (window.in_full_guarded), so one more device may make it
+    # the MILP served every class in full (all the demand a candidate pool serves: servable_rps), and
+    # where the plan does not, serving it in full on the window guard's headroom needed more than the
+    # point has (window.in_full_guarded), so one more device may make it
     milp_in_full: bool = False
+    servable_rps: float | None = None  # formulation.servable_demand, summed (None: demand_rps)
 
 
 @dataclass(frozen=True)
@@ -280,7 +282,8 @@ class PointSolver:
         kept = self.reuse(more)
         if kept is not None:
             return kept
-        short = solved.milp_in_full and solved.slo_rps < solved.demand_rps * (1 - SERVED_TOL)
+        servable = solved.demand_rps if solved.servable_rps is None else solved.servable_rps
+        short = solved.milp_in_full and solved.slo_rps < servable * (1 - SERVED_TOL)
         if more.options.objective != "max_goodput" or solved.objective is None or not same or short:
             return self.solve(more, cand)
         floor = solved.objective + more.options.mip_rel_gap * max(abs(solved.objective), 1.0)
@@ -359,6 +362,7 @@ def summarize(request: PlanRequest, cand: Candidates, outcome: Outcome, status: 
     spend = float(pool_cost(cand) @ instances)
     milp_used = extract.devices_used(cand, instances)
     demand = float(cand.classes["rate_rps"].sum())
+    servable = float(servable_demand(cand).sum())
     milp_flow = milp_values[outcome.columns.use_offset : outcome.columns.use_offset + len(cand.uses)]
     milp_served = float(extract.served_by_class(cand, np.maximum(milp_flow, 0.0)).sum())
     cand, outcome = settle(cand.request, cand, outcome, fell_back=status == "infeasible")
@@ -388,7 +392,8 @@ def summarize(request: PlanRequest, cand: Candidates, outcome: Outcome, status: 
         objective=objective,
         spend=round(spend, 9),
         milp_used=milp_used,
-        milp_in_full=milp_served >= demand * (1 - SERVED_TOL),
+        milp_in_full=milp_served >= servable * (1 - SERVED_TOL),
+        servable_rps=servable,
     )
 
 
