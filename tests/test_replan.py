@@ -456,3 +456,92 @@ def test_a_gate_that_cannot_run_ends_its_run(repo, monkeypatch):
     assert run.status == "failed"  # no plan in force to keep
     assert run.reason == "gate: the simulation could not run: duration_s: cannot be simulated"
     assert [r.status for r in repo.list_runs("tiny")] == ["failed"]
+
+
+def test_an_explicit_profile_set_that_misses_a_fleet_device_fails_and_keeps_the_plan(repo, tmp_path):
+    """Found by a user test (session 34): a REPLAN naming a set without the fleet's tpu-v5e rows promoted a
+    plan with every TPU removed, exit 0, the only sign a warning in the stored plan. A set that misses a
+    model or device of the fleet is bad input: `failed`, exit 1, the plan in force stays current."""
+    rows = paper_rows().assign(source="test")
+    store = _store_with(
+        tmp_path, {"mine": (rows, "2026-11-01"), "partial": (rows[rows["device"] != "inf2"], "2026-11-02")}
+    )
+    repo.put_fleet("tiny", msgspec.structs.replace(tiny_request(), profiles=ProfilesSpec(set="mine")))
+    good = replan(repo, "tiny", ReplanRequest(gate=QUICK_GATE), profile_store=store)
+    assert good.status == "promoted"
+    partial = replan(
+        repo,
+        "tiny",
+        ReplanRequest(profiles=ProfilesSpec(set="partial"), gate=QUICK_GATE),
+        profile_store=store,
+    )
+    assert partial.status == "failed"
+    assert "profile set 'partial' has no rows for device inf2 of the fleet" in partial.reason
+    assert exit_code(partial) == 1
+    assert repo.current_plan("tiny").id == good.plan_id
+
+
+def test_the_very_inputs_of_the_plan_in_force_are_unchanged_without_a_solve(repo, tmp_path, monkeypatch):
+    """Found by a user test (session 34): paper.json re-planned twice on the same inputs promoted 56.019 ->
+    55.990 SLO RPS with no move (a re-plan starts from the plan in force with churn and without the first
+    plan's pooled credit, so it came out below it). The plan in force, proven optimal for this very request
+    on this very profile content, is the answer: `unchanged`, no solve. New rates or new profile content
+    under the same set name solve again."""
+    from fleetplan.solver import pipeline
+
+    rows = paper_rows().assign(source="test")
+    store = _store_with(tmp_path, {"mine": (rows, "2026-11-01")})
+    fleet = msgspec.structs.replace(tiny_request(), profiles=ProfilesSpec(set="mine"))
+    repo.put_fleet("tiny", fleet)
+    first = replan(repo, "tiny", ReplanRequest(gate=QUICK_GATE), profile_store=store)
+    assert first.status == "promoted"
+    solves = []
+    real = pipeline.plan
+    monkeypatch.setattr(pipeline, "plan", lambda *a, **k: solves.append(1) or real(*a, **k))
+    again = replan(repo, "tiny", ReplanRequest(gate=QUICK_GATE), profile_store=store)
+    assert (again.status, again.plan_id, solves) == ("unchanged", first.plan_id, [])
+    assert again.diff.moves == 0
+    assert exit_code(again) == 0
+    store.save("mine", faster_inf2_decode(rows), store.manifest("mine"))  # same name, new content
+    resaved = replan(repo, "tiny", ReplanRequest(gate=QUICK_GATE), profile_store=store)
+    assert solves == [1]
+    assert resaved.status in ("promoted", "unchanged")
+    repo.put_fleet(
+        "tiny",
+        msgspec.structs.replace(
+            fleet, workloads=[msgspec.structs.replace(fleet.workloads[0], rate_rps=25.0)]
+        ),
+    )
+    busier = replan(repo, "tiny", ReplanRequest(gate=QUICK_GATE), profile_store=store)
+    assert solves == [1, 1]
+    assert busier.status == "promoted"
+
+
+def test_replan_messages_say_what_to_do(repo, tmp_path):
+    """A churn limit the solver proves infeasible asks for more moves, not more time; a dry run without a
+    gate does not claim one passed and exits 0 without a word on stderr; an unknown fleet names the CLI's
+    way to create it too (session 34's user test)."""
+    repo.put_fleet("tiny", tiny_request())
+    assert replan(repo, "tiny", ReplanRequest(gate=QUICK_GATE)).status == "promoted"
+    shrunk = tiny_request()
+    devices = [msgspec.structs.replace(d, count=2) if d.name == "a6000ada" else d for d in shrunk.devices]
+    repo.put_fleet("tiny", msgspec.structs.replace(shrunk, devices=devices))
+    limited = replan(repo, "tiny", ReplanRequest(max_moves=0, gate=QUICK_GATE))
+    assert limited.status == "kept"
+    assert "the solver proved none exists" in limited.reason
+    assert "raise max_moves (--max-moves)" in limited.reason
+    assert "raise the time limit" not in limited.reason
+
+    runner = CliRunner()
+    env = {"FLEETPLAN_DATABASE_URL": f"sqlite:///{tmp_path / 'cli.db'}"}
+    request_file = tmp_path / "tiny.json"
+    request_file.write_bytes(encode(tiny_request()))
+    assert runner.invoke(main, ["fleet", "put", "tiny", str(request_file)], env=env).exit_code == 0
+    dry = runner.invoke(main, ["replan", "tiny", "--no-gate", "--dry-run", "--json"], env=env)
+    assert dry.exit_code == 0, dry.output
+    run = msgspec.json.decode(dry.stdout, type=Run)
+    assert run.reason == "dry run: the new plan was not gated (no gate asked) and was not promoted"
+    assert dry.stderr == ""
+    unknown = runner.invoke(main, ["replan", "nosuch"], env=env)
+    assert unknown.exit_code == 1
+    assert "create it with 'fleetplan fleet put nosuch FILE' or PUT /fleets/nosuch" in unknown.stderr

@@ -344,9 +344,10 @@ def replan_command(name: str, database_url: str | None, as_json: bool, **options
         _echo_json(run)
     else:
         click.echo(render_run(run))
-    if run.status in ("kept", "failed") and run.reason:
+    code = exit_code(run)
+    if code and run.reason:  # stderr for what a job must act on (a dry run that would promote exits 0)
         click.echo(f"{run.status}: {run.reason}", err=True)
-    sys.exit(exit_code(run))
+    sys.exit(code)
 
 
 @click.group("db")

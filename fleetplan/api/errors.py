@@ -153,8 +153,9 @@ def problem_response(request: Request[Any, Any, Any], exc: Exception) -> Respons
     if isinstance(exc, HTTPException) and exc.status_code == 500 and exc.detail == _CUT_SHORT:
         exc = ClientGone("the client disconnected before its body was read")
     problem = problem_for(exc, request)
-    if isinstance(exc, SolverFailure):
-        # an expected outcome (a time limit without a plan, a busy server): one line, no traceback
+    if isinstance(exc, SolverFailure | StoreUnavailable):
+        # an expected outcome (a time limit without a plan, a busy server, a database down or not
+        # migrated: named in the problem, docs/store.md): one line, no traceback
         logger.warning("%s %s -> %s: %s", request.method, request.url.path, problem.status, exc)
     elif problem.status >= 500:
         # PlanVerificationError is a planner bug too: keep its traceback next to the generic ones

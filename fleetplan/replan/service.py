@@ -1,9 +1,11 @@
 """The re-plan of one fleet: the service function behind `POST /fleets/{name}/replan` and `fleetplan replan`.
 
 1. record the run as `running`;
-2. the fleet's request with the REPLAN's profiles and, from observed traffic, forecast rates;
+2. the fleet's request with the REPLAN's profiles (a set that misses a model or device of the fleet is
+   bad input) and, from observed traffic, forecast rates;
 3. solve with the current plan as start and churn in the MILP (max_moves, churn_penalty);
-4. diff against the current plan: nothing to change and the same request -> `unchanged`;
+4. diff against the current plan: nothing to change and the same request -> `unchanged` (the very inputs
+   of the plan in force, profile content included, are `unchanged` without a solve);
 5. the simulation gate on the forecast rates;
 6. promote in one transaction (`promoted`), or keep the current plan (`kept`, with the reason; the new
    plan is stored as a candidate), or record the failure (`failed`: bad input, or no plan to keep).
@@ -94,6 +96,11 @@ def _replan(
         if order.profiles is None:
             request = msgspec.structs.replace(request, profiles=newest_profiles(request, profile_store))
         table = pipeline.resolve_profiles(request, profile_store)
+        check_covers(request, table)
+        if same_inputs(current, request, table):
+            change = diff(current.plan, current.plan, current.request, request)
+            reason = "the request, its rates and its profile set are the plan in force's: nothing to re-plan"
+            return repo.finish_run(run.id, status="unchanged", reason=reason, diff=change, forecast=forecast)
         churn = _churn(current, request, order)
         # no baselines: the run compares the new plan with the plan in force, not with the GPU-only or
         # greedy plans (`fleetplan plan` shows those), and a nightly job over many fleets saves their solves
@@ -124,9 +131,44 @@ def _replan(
     if not gate.passed:
         return repo.finish_run(run.id, status=keep, reason=gate_reason(gate), **outcome)
     if order.dry_run:
-        reason = "dry run: the new plan passed the gate and was not promoted"
+        passed = "passed the gate" if gate.simulated else "was not gated (no gate asked)"
+        reason = f"dry run: the new plan {passed} and was not promoted"
         return repo.finish_run(run.id, status="kept", reason=reason, **outcome)
     return repo.finish_run(run.id, status="promoted", reason=None, promote=True, **outcome)
+
+
+def uncovered(request: PlanRequest, frame) -> list[str]:
+    """The fleet's models and devices that a profile table (its frame) has no rows for, as "model m" and
+    "device d"; empty where it covers them all."""
+    models = sorted({w.model for w in request.workloads} - set(frame["model"]))
+    devices = sorted({d.name for d in request.devices} - set(frame["device"]))
+    return [f"model {m}" for m in models] + [f"device {d}" for d in devices]
+
+
+def check_covers(request: PlanRequest, table: ProfileTable) -> None:
+    """InputError (the run `failed`, the plan in force kept) where the profile set misses a model or a
+    device of the fleet: a plan would silently drop that hardware (a first plan only warns), and a nightly
+    job must not promote a fleet without its TPUs because a set was cut short."""
+    missing = uncovered(request, table.frame)
+    if missing:
+        msg = (
+            f"profile set {table.name!r} has no rows for {', '.join(missing)} of the fleet; a re-plan on it "
+            "would drop that hardware. Give a set that covers the fleet (or change the fleet first)"
+        )
+        raise InputError(msg, field="profiles")
+
+
+def same_inputs(current: PlanRecord | None, request: PlanRequest, table: ProfileTable) -> bool:
+    """Whether the plan in force answered this very request (rates included) on this very profile content,
+    and was proven optimal: then it is the answer, and a re-solve, which starts from it with churn and
+    without the first plan's pooled credit, could only come out another of its ties or a little worse
+    (session 34: paper.json re-planned twice promoted 56.019 -> 55.990 SLO RPS with no move)."""
+    return (
+        current is not None
+        and current.plan.status == "optimal"
+        and current.request == request
+        and current.profile_set.sha256 == table.sha256
+    )
 
 
 def newest_profiles(request: PlanRequest, store: ProfileStore | None) -> ProfilesSpec:
@@ -146,14 +188,12 @@ def newest_profiles(request: PlanRequest, store: ProfileStore | None) -> Profile
         if created is not None and created > floor:
             dated.append((created, name))
     dated.sort()
-    models = {w.model for w in request.workloads}
-    devices = {d.name for d in request.devices}
     for _, name in reversed(dated):
         try:
             frame = store.load(name).frame
         except PlannerError:
             continue
-        if models <= set(frame["model"]) and devices <= set(frame["device"]):
+        if not uncovered(request, frame):
             return ProfilesSpec(set=name)
     return request.profiles
 
@@ -200,6 +240,11 @@ def _failure_status(error: PlannerError, current: PlanRecord | None) -> str:
 
 def _reason(error: PlannerError, order: ReplanRequest) -> str:
     if isinstance(error, SolverFailure) and order.max_moves is not None:
+        if "(infeasible)" in str(error):  # proven: more time finds nothing, more moves may
+            return (
+                f"no plan within max_moves={order.max_moves}: the solver proved none exists (the fleet's "
+                "change needs more moves); raise max_moves (--max-moves)"
+            )
         return f"no plan within max_moves={order.max_moves} (or the time limit): {error}"
     if isinstance(error, SolverFailure):
         return str(error)

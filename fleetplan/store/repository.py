@@ -62,6 +62,11 @@ def _json(obj: Any) -> str:
     return encode(obj).decode()
 
 
+def unknown_fleet(name: str) -> str:
+    """The message for a fleet the store does not have, with both ways to create it (CLI and HTTP)."""
+    return f"unknown fleet {name!r}; create it with 'fleetplan fleet put {name} FILE' or PUT /fleets/{name}"
+
+
 class Repository:
     """Fleets, plans and runs in one database (`engine`; default: store.engine.make_engine()). A running
     run refreshes its heartbeat every `heartbeat_s` and is abandoned after `lease_s` without one."""
@@ -182,7 +187,7 @@ class Repository:
             .where(fleets.c.name == name)
         ).one_or_none()
         if row is None:
-            raise NotFound(f"unknown fleet {name!r}; create it with PUT /fleets/{name}", field="name")
+            raise NotFound(unknown_fleet(name), field="name")
         return FleetRecord(
             name=row.name,
             version=row.version,
@@ -227,7 +232,7 @@ class Repository:
         with self._write() as db:
             row = _fleet_row(db, fleet, lock=True)
             if row is None:
-                raise NotFound(f"unknown fleet {fleet!r}; create it with PUT /fleets/{fleet}", field="name")
+                raise NotFound(unknown_fleet(fleet), field="name")
             fleet_id = int(row.id)
             alive = [r for r in _running(db, fleet_id) if not self._reaped(db, r)]
             stamp = now()
@@ -417,7 +422,7 @@ def _fleet_row(db: Connection, name: str, *, lock: bool = False):
 def _fleet_id(db: Connection, name: str) -> int:
     row = _fleet_row(db, name)
     if row is None:
-        raise NotFound(f"unknown fleet {name!r}; create it with PUT /fleets/{name}", field="name")
+        raise NotFound(unknown_fleet(name), field="name")
     return int(row.id)
 
 
