@@ -138,3 +138,7 @@ def test_an_unreachable_database_at_start_up_leaves_the_planner_serving():
     assert "store unavailable at start-up" in logged
     assert "fleetplan:***@127.0.0.1:1/none" in logged
     assert "secret" not in logged
+    # each store request during the outage is one named WARNING line, not an ERROR with a traceback (four
+    # requests logged about 600 lines, session 34's user test)
+    outage = [r for r in records if "GET /fleets -> 503" in r.getMessage()]
+    assert [(r.levelname, r.exc_info) for r in outage] == [("WARNING", None)]
