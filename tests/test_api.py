@@ -274,7 +274,12 @@ BAD_BODIES = {
         "workloads[0].rate_rpss",
         "unknown field",
     ),
-    "empty workloads": (_mutate(lambda b: b.update(workloads=[])), 400, "workloads", "length >= 1"),
+    "empty workloads": (
+        _mutate(lambda b: b.update(workloads=[])),
+        400,
+        "workloads",
+        "give at least one workload",
+    ),
     "string for a number": (
         _mutate(lambda b: b["workloads"][0].update(rate_rps="20")),
         400,

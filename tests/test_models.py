@@ -60,11 +60,11 @@ def test_round_trip_is_lossless():
         ({"options": {"time_limit_s": 0}}, "options.time_limit_s", "> 0.0"),
         ({"options": {"time_limit_s": 601}}, "options.time_limit_s", "<= 600"),
         ({"options": {"baseline_device": "tpu"}}, "options.baseline_device", "unknown device"),
-        ({"options": {"batch_sizes": []}}, "options.batch_sizes", "length >= 1"),
+        ({"options": {"batch_sizes": []}}, "options.batch_sizes", "empty; give at least one item"),
         ({"models": [{"name": "x"}]}, "models[0].kv_bytes_per_token", "needs it"),
-        ({"profiles": {"set": "paper", "rows": []}}, "profiles.rows", "length >= 1"),
+        ({"profiles": {"set": "paper", "rows": []}}, "profiles.rows", "empty; give at least one profile row"),
         ({"profiles": {}}, "profiles", "exactly one"),
-        ({"workloads": []}, "workloads", "length >= 1"),
+        ({"workloads": []}, "workloads", "empty; give at least one workload class"),
         ({"kv_budget_gbps": -1}, "kv_budget_gbps", ">= 0"),
     ],
 )
@@ -78,11 +78,19 @@ def test_unknown_model_and_percentile_and_misspelt_field():
     workload = body()["workloads"][0]
     assert error_of(body(workloads=[{**workload, "model": "gpt-9"}])).field == "workloads[0].model"
     wrong_q = {**workload, "slo": {"ttft_ms": 1, "tbt_ms": 1, "percentile": 95}}
-    assert error_of(body(workloads=[wrong_q])).field == "workloads[0].slo.percentile"
+    wrong = error_of(body(workloads=[wrong_q]))
+    assert (wrong.field, wrong.message) == (
+        "workloads[0].slo.percentile",
+        "Invalid enum value 95; one of 50, 90, 99",
+    )
     misspelt = {**workload, "rate_rpss": 3}
     error = error_of(body(workloads=[misspelt]))
     assert error.field == "workloads[0].rate_rpss"  # the unknown field itself, not its object
-    assert error.message == "unknown field"
+    # and what its object takes, the likeliest meant first (a new user had to read the OpenAPI schema)
+    assert error.message == (
+        "unknown field; did you mean 'rate_rps'? "
+        "(fields: name, model, prompt_tokens, output_tokens, rate_rps, slo, weight)"
+    )
 
 
 def test_nan_and_infinity_name_their_field():
@@ -94,6 +102,9 @@ def test_nan_and_infinity_name_their_field():
 
 def test_malformed_json_is_an_input_error():
     assert "malformed JSON" in error_of("{not json").message
+    # where it broke as an editor shows it, msgspec's "JSON is malformed" not repeated
+    trailing = error_of('{\n  "devices": [{"name": "x",}]}')
+    assert trailing.message == "malformed JSON: trailing comma in object at line 2, column 28 (byte 29)"
 
 
 def test_request_type_is_frozen():

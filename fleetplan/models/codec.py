@@ -23,9 +23,11 @@ _RELATIVE_FIELD = re.compile(
 )
 
 
-def _input_error(error: msgspec.ValidationError) -> InputError:
+def _input_error(error: msgspec.ValidationError, type_: Any = None) -> InputError:
     """InputError from msgspec's "reason - at `$.a.b[0]`", joined with a cross-field rule's own
-    "field: reason" prefix (rules in __post_init__ name fields relative to their Struct)."""
+    "field: reason" prefix (rules in __post_init__ name fields relative to their Struct). Where `type_` (the
+    type decoded) is given, an unknown field says which fields its object takes (and the likeliest one
+    meant) and an enum value which values it takes."""
     text = str(error)
     reason, _, path = text.partition(" - at `$")
     path = path.rstrip("`").lstrip(".")
@@ -35,12 +37,70 @@ def _input_error(error: msgspec.ValidationError) -> InputError:
         path = f"{path}.{relative.group(1)}" if path else relative.group(1)
     named = _NAMED_FIELD.match(reason)
     if named:  # the field is the one missing or unknown, not the object around it (no path at the top)
-        reason = "required field missing" if named.group(1) == "missing required" else "unknown field"
+        missing = named.group(1) == "missing required"
+        reason = (
+            "required field missing"
+            if missing
+            else "unknown field" + _fields_hint(type_, path, named.group(2))
+        )
         path = f"{path}.{named.group(2)}" if path else named.group(2)
+    elif reason.startswith("Invalid enum value"):
+        reason += _values_hint(type_, path)
+    elif _EMPTY.match(reason):
+        reason = f"empty; give at least one {_ITEM.get(path.rpartition('.')[2], 'item')}"
     return InputError(reason, field=path or None)
 
 
 _NAMED_FIELD = re.compile(r"^Object (missing required|contains unknown) field `([^`]+)`$")
+_EMPTY = re.compile(r"^Expected `array` of length >= 1$")
+_ITEM = {"workloads": "workload class", "devices": "device type", "rows": "profile row"}
+
+
+def _info_at(type_: Any, path: str) -> Any:
+    """msgspec.inspect's type info of the value at `path` ("workloads[0].slo") in `type_`, or None."""
+    if type_ is None:
+        return None
+    info = msgspec.inspect.type_info(type_)
+    for name, index in re.findall(r"([A-Za-z_][A-Za-z0-9_]*)?(\[\d+\])?\.?", path):
+        if name:
+            info = _unwrapped(info)
+            fields = {f.encode_name: f.type for f in getattr(info, "fields", ())}
+            if name not in fields:
+                return None
+            info = fields[name]
+        if index:
+            info = getattr(_unwrapped(info), "item_type", None)
+    return _unwrapped(info)
+
+
+def _unwrapped(info: Any) -> Any:
+    """The one non-None member of an optional type's union (X | None), else `info`."""
+    if isinstance(info, msgspec.inspect.UnionType):
+        members = [t for t in info.types if not isinstance(t, msgspec.inspect.NoneType)]
+        return members[0] if len(members) == 1 else info
+    return info
+
+
+def _fields_hint(type_: Any, path: str, unknown: str) -> str:
+    """ "; did you mean 'rate_rps'? (fields: name, model, ...)" for an unknown field of the object at
+    `path`, or "" where the object's type is not known."""
+    import difflib
+
+    info = _info_at(type_, path)
+    names = [f.encode_name for f in getattr(info, "fields", ())]
+    if not names:
+        return ""
+    close = difflib.get_close_matches(unknown, names, n=1)
+    meant = f"; did you mean {close[0]!r}?" if close else ""
+    return f"{meant} (fields: {', '.join(names)})"
+
+
+def _values_hint(type_: Any, path: str) -> str:
+    """ "; one of 50, 90, 99" for an enum (Literal) field at `path`, or ""."""
+    values = getattr(_info_at(type_, path), "values", None)
+    return (
+        f"; one of {', '.join(repr(v) if isinstance(v, str) else str(v) for v in values)}" if values else ""
+    )
 
 
 def decode(data: bytes | str, type_: type[T]) -> T:
@@ -86,11 +146,11 @@ def _whole_floats_retried(data: bytes | str, type_: type[T], error: msgspec.Vali
     whole float in an integer field is that integer. msgspec refuses it, so such a body is decoded again
     with its whole floats read as ints (2.5 and "2" are still refused). Any other error is raised as is."""
     if not _FLOAT_FOR_INT.match(str(error)):
-        raise _input_error(error) from error
+        raise _input_error(error, type_) from error
     try:
         return msgspec.convert(_ints_for_whole_floats(msgspec.json.decode(data)), type=type_)
     except msgspec.ValidationError as again:
-        raise _input_error(again) from again
+        raise _input_error(again, type_) from again
     except RecursionError as deep:  # msgspec's typed decode refuses such depth itself; the untyped one raises
         raise InputError("the JSON nests too deeply") from deep
 
@@ -111,7 +171,15 @@ def _malformed(data: bytes | str, error: msgspec.DecodeError) -> InputError:
     path = locate_non_finite(data)
     if path is not None:
         return InputError("NaN and Infinity are not JSON numbers; give a finite number", field=path)
-    return InputError(f"malformed JSON: {error}")
+    reason = str(error).removeprefix("JSON is malformed: ")
+    at = re.search(r" \(byte (\d+)\)$", reason)
+    if at:  # msgspec counts bytes; an editor shows lines and columns
+        offset = int(at.group(1))
+        head = (data.encode() if isinstance(data, str) else data)[:offset]
+        line = head.count(b"\n") + 1
+        column = offset - (head.rfind(b"\n") + 1) + 1
+        reason = f"{reason[: at.start()]} at line {line}, column {column} (byte {offset})"
+    return InputError(f"malformed JSON: {reason}")
 
 
 def _not_utf8(data: bytes | str, error: UnicodeDecodeError) -> InputError:
@@ -180,7 +248,7 @@ def convert(obj: Any, type_: type[T]) -> T:
     try:
         return msgspec.convert(obj, type=type_)
     except msgspec.ValidationError as error:
-        raise _input_error(error) from error
+        raise _input_error(error, type_) from error
 
 
 def encode(obj: Any) -> bytes:
