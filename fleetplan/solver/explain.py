@@ -132,6 +132,47 @@ def with_sliver(reason: str | None, window_s: float, tail_requests: float) -> st
     return note if reason is None else f"{reason}; {note}"
 
 
+def profile_warnings(request: PlanRequest, table) -> list[str]:
+    """What the profile rows leave out of the request, said before anyone wonders why a device sits idle:
+    a fleet device with no rows (it can serve nothing); a device with rows for a class's model but none at
+    the class's SLO percentile (the class cannot use it); an `options.batch_sizes` or `options.tp_degrees`
+    value no row of the classes' models has (never planned); and, for inline rows, rows of a device not in
+    the fleet (a misspelt name: those rows serve nothing)."""
+    frame = table.frame
+    profiled = set(frame["device"])
+    warnings = [
+        f"device {d.name!r} has no rows in profile set {table.name!r}: it can serve nothing"
+        for d in request.devices
+        if d.name not in profiled and d.count > 0
+    ]
+    fleet = [d.name for d in request.devices if d.count > 0 or d.max_count]
+    for w in request.workloads:
+        q = w.slo.percentile
+        rows = frame[frame["model"] == w.model]
+        at_q = rows[rows[f"ttft_ms_p{q}"].notna() & rows[f"tbt_ms_p{q}"].notna()]
+        for device in sorted(set(rows["device"]) & set(fleet) - set(at_q["device"])):
+            warnings.append(
+                f"device {device!r} has no rows with ttft_ms_p{q} and tbt_ms_p{q} for model {w.model!r}: "
+                f"class {w.name!r} (p{q} SLO) cannot use it"
+            )
+    models = frame[frame["model"].isin({w.model for w in request.workloads})]
+    for option, column in (("batch_sizes", "batch"), ("tp_degrees", "tp")):
+        unprofiled = sorted(set(getattr(request.options, option) or ()) - set(models[column]))
+        if unprofiled:
+            warnings.append(
+                f"options.{option}: {unprofiled} has no profile rows for the classes' models "
+                f"(profiled: {sorted(models[column].unique().tolist())}); never planned"
+            )
+    if request.profiles.rows is not None:
+        strangers = sorted(profiled - {d.name for d in request.devices})
+        if strangers:
+            warnings.append(
+                f"profiles.rows name device(s) {strangers} that the fleet does not have "
+                f"(devices: {sorted(d.name for d in request.devices)}); those rows serve nothing"
+            )
+    return warnings
+
+
 def interpolation_warnings(request: PlanRequest, results: list[WorkloadResult], table) -> list[str]:
     """One warning per (class, pool side) whose latency the plan uses was interpolated across a gap.
 

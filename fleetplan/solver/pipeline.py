@@ -69,15 +69,6 @@ def check_cover(request: PlanRequest, table: ProfileTable) -> None:
     covered.update(firsts)
 
 
-def fleet_warnings(request: PlanRequest, table: ProfileTable) -> list[str]:
-    profiled = set(table.frame["device"])
-    return [
-        f"device {d.name!r} has no rows in profile set {table.name!r}: it can serve nothing"
-        for d in request.devices
-        if d.name not in profiled and d.count > 0
-    ]
-
-
 def plan(
     request: PlanRequest,
     store: ProfileStore | None = None,
@@ -166,7 +157,7 @@ def _assemble(
         solver=_solver_info(request, outcome),
         profile_set=ProfileSetInfo(name=table.name, sha256=table.sha256),
         warnings=[
-            *fleet_warnings(request, table),
+            *explain.profile_warnings(request, table),
             *explain.interpolation_warnings(request, results, table),
             *unguarded_warnings(cand.request, cand, outcome),
         ],
