@@ -275,6 +275,20 @@ def test_simulate_a_request_and_a_saved_plan(tmp_path):
     table = runner.invoke(main, ["simulate", str(request), "--duration", "30", "--warmup", "5"])
     assert "attainment" in table.output
     assert "1b-short" in table.output
+    # each pool once: same-shape pools at another headroom carry their group (scarce_gpus runs two inf2
+    # decode pools of one shape; their rows read alike before)
+    scarce = runner.invoke(main, ["simulate", "scarce_gpus", "--duration", "30", "--warmup", "5", "--json"])
+    pools = json.loads(scarce.output)["pools"]
+    keys = [(p["role"], p["model"], p["device"], p["tp"], p["batch"], p["group"]) for p in pools]
+    assert len(set(keys)) == len(keys)
+    grouped = [p for p in pools if p["group"]]
+    assert grouped
+    shown = runner.invoke(main, ["simulate", "scarce_gpus", "--duration", "30", "--warmup", "5"]).output
+    assert all(f"{p['device']}/tp{p['tp']}/b{p['batch']}#{p['group']}" in shown for p in grouped)
+    # a saved plan without its request: said so, not "status: unknown field"
+    alone = runner.invoke(main, ["simulate", str(saved)])
+    assert alone.exit_code == 2
+    assert f"{saved} is a Plan, not a PlanRequest; replay it with the request it answers" in alone.output
 
 
 def test_simulate_plot_draws_distributions_against_the_slos(tmp_path):

@@ -700,11 +700,32 @@ def _plan_to_simulate(file: Path, request_file: Path | None) -> tuple["PlanReque
         request = read_request(request_file)
         planned = decode(file.read_bytes(), Plan)
     else:
-        request = read_request(file)
+        try:
+            request = read_request(file)
+        except InputError as error:
+            _refuse_a_plan(file, error)
         planned = solve(request, with_baselines=False)
     if planned.status not in ("optimal", "feasible"):
         raise InputError(f"the plan's status is {planned.status!r}: nothing to simulate", field="status")
     return request, planned
+
+
+def _refuse_a_plan(file: Path, error: Exception) -> NoReturn:
+    """Re-raise `error` (FILE is not a request), or, where FILE decodes as a Plan, an InputError that says
+    so and how to replay it: a plan alone does not say its fleet's profiles and SLOs."""
+    import msgspec
+
+    from fleetplan.models.errors import InputError
+    from fleetplan.models.plan import Plan
+
+    try:
+        msgspec.json.decode(file.read_bytes(), type=Plan)
+    except (msgspec.DecodeError, OSError):
+        raise error from None
+    msg = (
+        f"{file} is a Plan, not a PlanRequest; replay it with the request it answers: --request REQUEST.json"
+    )
+    raise InputError(msg, field="FILE") from error
 
 
 def _replay(

@@ -273,7 +273,9 @@ def simulation_report(report: SimulationReport) -> list[Section]:
     ]
     pools = [
         [
-            f"{p.role} {p.workload or p.model} {p.device}/tp{p.tp}/b{p.batch} x{p.instances}",
+            f"{p.role} {p.workload or p.model} {p.device}/tp{p.tp}/b{p.batch}"
+            + (f"#{p.group}" if p.group else "")
+            + f" x{p.instances}",
             _pct(p.utilization_predicted),
             _pct(p.utilization_simulated),
             _pct(p.occupancy_simulated),

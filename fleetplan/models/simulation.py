@@ -70,6 +70,7 @@ class PoolMetrics(Base):
     utilization_predicted: float
     utilization_simulated: float
     occupancy_simulated: float
+    group: int = 0  # the plan pool's `group` (Pool.group): tells same-shape pools at other headroom apart
 
 
 class SimulationReport(Base):

@@ -180,6 +180,7 @@ def pool_metrics(rp: PoolState, duration_s: float) -> PoolMetrics:
         utilization_predicted=p.utilization,
         utilization_simulated=round(busy, 6),
         occupancy_simulated=round(slots, 6),
+        group=p.group,
     )
 
 
