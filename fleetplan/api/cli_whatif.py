@@ -12,7 +12,7 @@ from fleetplan.api.cli import _fail, _request_path, writable_dir
 from fleetplan.progress import progress_bar
 
 if TYPE_CHECKING:
-    from fleetplan.models.whatif import WhatIfRequest, WhatIfResult
+    from fleetplan.models.whatif import PointBaselines, WhatIfRequest, WhatIfResult
 
 
 def parse_axis(text: str) -> dict:
@@ -152,15 +152,27 @@ def _check_writable(csv_path: Path | None, plot_dir: Path | None) -> None:
         writable_dir(csv_path.parent, "--csv")
 
 
+def _baselines(base: "PointBaselines | None") -> list[str]:
+    """A point's GPU-only and greedy SLO RPS cells ("-" where the point has none)."""
+    if base is None:
+        return ["-", "-"]
+    return [f"{base.gpu_only.slo_rps:.2f}", f"{base.greedy.slo_rps:.2f}"]
+
+
 def render_points(result: "WhatIfResult") -> str:
-    """One aligned line per point: coordinates, status, SLO RPS, cost, devices, binding, marginal RPS;
-    `*` marks the frontier."""
+    """One aligned line per point: coordinates, status, SLO RPS, cost, devices, binding, marginal RPS (the
+    devices one more of which adds SLO RPS; 0 where none does, - where not asked), both baselines' SLO RPS
+    where the sweep has them; `*` marks the frontier."""
     on = set(result.frontier)
+    with_baselines = bool(result.points) and result.points[0].baselines is not None
     header = [*result.axes, "status", "slo_rps", "demand", "cost/h", "devices", "binding", "marginal_rps"]
+    header += ["gpu_only", "greedy"] if with_baselines else []
     header.append("F")
     rows = [header]
     for i, p in enumerate(result.points):
         used = p.devices.items()
+        gains = " ".join(f"{n}={v:.2f}" for n, v in p.marginal_rps.items() if v > 0)
+        base = p.baselines
         rows.append(
             [
                 *(f"{p.coords[a]:g}" for a in result.axes),
@@ -170,7 +182,8 @@ def render_points(result: "WhatIfResult") -> str:
                 f"{p.cost_per_hour:.2f}",
                 " ".join(f"{n}={u}" + (f"(+{p.bought[n]})" if p.bought.get(n) else "") for n, u in used),
                 ",".join(p.binding) or "-",
-                " ".join(f"{n}={v:.2f}" for n, v in p.marginal_rps.items() if v > 0) or "-",
+                gains or ("0" if p.marginal_rps else "-"),
+                *(_baselines(base) if with_baselines else []),
                 "*" if i in on else "",
             ]
         )
@@ -179,6 +192,7 @@ def render_points(result: "WhatIfResult") -> str:
     s = result.solver
     lines.append(
         f"{len(result.points)} points in {result.wall_ms / 1e3:.1f} s on {s.executor} ({s.workers} workers): "
-        f"{s.solves} solves, {s.reused} reused plans; * = Pareto frontier (cost vs SLO RPS)"
+        f"{s.solves} solves, {s.reused} reused plans; * = Pareto frontier (cost vs SLO RPS); marginal_rps: "
+        "SLO RPS one more device of a type adds (0: none adds any, -: not asked)"
     )
     return "\n".join(lines) + "\n"

@@ -1,7 +1,8 @@
-"""The what-if pictures as a reader sees them: which curves are drawn, where, and how they read (synthetic
-sweeps, no solves; the files themselves are checked in tests/test_whatif.py)."""
+"""The what-if outputs as a reader sees them: the pictures (which curves are drawn, where, how they read) and
+the CLI's table, on synthetic sweeps (no solves; the files themselves are checked in tests/test_whatif.py)."""
 
 import matplotlib.colors
+import msgspec
 import pytest
 
 from fleetplan.models.whatif import BaselinePoint, Point, PointBaselines, WhatIfResult, WhatIfSolver
@@ -136,3 +137,23 @@ def test_heatmap_values_are_dark_on_light_cells_and_white_on_dark(plt):
     colours = {t.get_text(): matplotlib.colors.to_hex(t.get_color()) for t in figure.axes[0].texts}
     assert colours["20.0"] == "#000000"  # the colour map's yellow end
     assert colours["1.0"] == "#ffffff"  # its dark purple end
+
+
+def test_the_points_table_tells_no_gain_from_not_asked_and_shows_the_baselines():
+    import fleetplan.api.cli  # noqa: F401  (cli_whatif builds on it)
+    from fleetplan.api.cli_whatif import render_points
+
+    asked = point({"budget_per_hour": 2}, 3.0, 2.0, 10, gpu=(1.25, 1.0), greedy=(2.5, 2.0))
+    asked = msgspec.structs.replace(asked, marginal_rps={"gpu": 0.0, "tpu": 0.0})
+    gains = msgspec.structs.replace(
+        asked, coords={"budget_per_hour": 4}, marginal_rps={"gpu": 0.5, "tpu": 0.0}
+    )
+    unasked = msgspec.structs.replace(asked, coords={"budget_per_hour": 6}, marginal_rps={})
+    lines = render_points(result(["budget_per_hour"], [asked, gains, unasked])).splitlines()
+    header = lines[0].split()
+    assert header[-4:] == ["marginal_rps", "gpu_only", "greedy", "F"]
+    cells = [line.split() for line in lines[1:4]]
+    column = header.index("marginal_rps") + 1  # the devices cell holds two words
+    assert [row[column] for row in cells] == ["0", "gpu=0.50", "-"]
+    assert [row[column + 1 : column + 3] for row in cells] == [["1.25", "2.50"]] * 3
+    assert "(0: none adds any, -: not asked)" in lines[-1]
