@@ -507,3 +507,48 @@ def test_gap_warning_names_the_side_of_a_disaggregated_route():
         " profiled prompts 128 and 1024, across a gap: other profiles of llama-3.2-1b have rows at [512] in"
         " between, this one does not"
     ]
+
+
+def test_an_unserved_class_names_the_budget_when_the_devices_with_room_cost_more_than_is_left():
+    """Found by a new user's test (session 34): with the cheap acc-x full and 2.80 $/h of a 14 $/h budget
+    left, one more H100 instance (4 $/h) cannot be paid for, yet the reason named only acc-x's capacity:
+    the budget was measured against the cheapest instance of any device, the full acc-x's included."""
+    from types import SimpleNamespace
+
+    import pandas as pd
+
+    from fleetplan.models.codec import convert
+    from fleetplan.models.plan import DeviceUse, PlanRequest
+    from fleetplan.solver.explain import shortfall_reasons
+
+    request = convert(
+        {
+            "devices": [
+                {"name": "h100", "count": 2, "cost_per_hour": 4.0},
+                {"name": "acc-x", "count": 6, "cost_per_hour": 1.2},
+            ],
+            "workloads": [
+                {
+                    "name": "chat",
+                    "model": "llama-3.2-1b",
+                    "prompt_tokens": 512,
+                    "output_tokens": 64,
+                    "rate_rps": 12,
+                    "slo": {"ttft_ms": 500, "tbt_ms": 50},
+                }
+            ],
+            "options": {"budget_per_hour": 14.0},
+        },
+        PlanRequest,
+    )
+    cand = SimpleNamespace(
+        request=request,
+        uses=pd.DataFrame({"w": [0, 0], "device": ["h100", "acc-x"], "tp": [1, 1]}),
+        devices=pd.DataFrame({"device": ["h100", "acc-x"], "cost_per_hour": [4.0, 1.2]}),
+        link_rho={},
+    )
+    used = [DeviceUse(name="h100", used=1, available=2), DeviceUse(name="acc-x", used=6, available=6)]
+    reason = shortfall_reasons(cand, [0], used, [], 11.2)[0]
+    assert reason == "device capacity (acc-x 6/6 in use); budget_per_hour 14 reached (11.20 in use)"
+    # with 4 $/h left an H100 fits: only acc-x binds
+    assert shortfall_reasons(cand, [0], used, [], 10.0)[0] == "device capacity (acc-x 6/6 in use)"

@@ -1,6 +1,8 @@
 """Why a class is not (fully) served, and what a plan rests on that the profile did not measure, in words a
 capacity planner can act on."""
 
+import math
+
 import numpy as np
 import pandas as pd
 
@@ -64,12 +66,18 @@ def shortfall_reasons(
     uses = cand.uses[cand.uses["w"].isin(classes)]
     min_tp = uses.groupby(["w", "device"])["tp"].min()
     price = uses["device"].map(cand.devices.set_index("device")["cost_per_hour"]).to_numpy(float)
-    cheapest = pd.Series(price * uses["tp"].to_numpy(), index=uses["w"].to_numpy()).groupby(level=0).min()
     tps: dict[int, dict[str, int]] = {w: {} for w in classes}
     for (w, device), tp in min_tp.items():
         tps[w][device] = int(tp)
+    # what one more instance of each (device, tp) the class can use costs: the budget binds where the
+    # cheapest one the devices still have room for does not fit it (a full device's price says nothing)
+    capacity = {d.name: d.capacity for d in cand.request.devices}  # owned plus purchasable
+    room = {d.name: capacity[d.name] - d.used for d in devices}
+    fits = uses["tp"].to_numpy() <= uses["device"].map(room).fillna(0).to_numpy()
+    instance = pd.Series(price * uses["tp"].to_numpy(), index=uses["w"].to_numpy())[fits]
+    cheapest = instance.groupby(level=0).min()
     return {
-        w: _shortfall(cand, tps[w], float(cheapest.get(w, 0.0)), devices, links, cost_per_hour)
+        w: _shortfall(cand, tps[w], float(cheapest.get(w, math.inf)), devices, links, cost_per_hour)
         for w in classes
     }
 
@@ -83,7 +91,7 @@ def _shortfall(
     cost_per_hour: float,
 ) -> str:
     """One class's binding resources; `min_tp`: its smallest tp per device it has uses on, `cheapest`: the
-    price of its cheapest instance."""
+    price of its cheapest instance on a device with room for it (inf where none has room)."""
     request: PlanRequest = cand.request
     rho = cand.link_rho
     binding = []
@@ -107,7 +115,7 @@ def _shortfall(
         if cross >= rho[None] * request.kv_budget_gbps * (1 - 1e-6):
             binding.append(f"kv_budget_gbps {request.kv_budget_gbps:g} reached (at {rho[None]:.0%} headroom)")
     budget = request.options.budget_per_hour
-    if budget is not None and cost_per_hour >= budget - cheapest:
+    if budget is not None and cost_per_hour + cheapest > budget + 1e-9 * max(1.0, budget):  # no instance fits
         binding.append(f"budget_per_hour {budget:g} reached ({cost_per_hour:.2f} in use)")
     if not binding:
         return "capacity went to classes with more weighted goodput per device (or NIC bandwidth binds)"
