@@ -110,3 +110,18 @@ def test_quantile_grid_equals_quantile_ms_on_every_grid():
     for z in grids:
         expected = quantile_ms(params[:, None, :], z[None, :])
         assert np.array_equal(quantile_grid_ms(params, z), expected)
+
+
+def test_the_simulator_says_a_prompt_is_outside_the_profiled_range_not_that_p50_is_missing():
+    """Session 34's user test: a prompt of 8000 tokens on rows up to 2048 read "give the rows a p50", which
+    they had."""
+    from fleetplan.models.errors import ProfileMissing
+    from fleetplan.profiler.store import ProfileStore
+
+    table = ProfileStore().load("paper")
+    rows = table.frame[(table.frame["model"] == "llama-3.2-1b") & (table.frame["device"] == "a6000ada")]
+    top = int(rows["prompt_tokens"].max())
+    book = CurveBook(table)
+    assert book.curve("llama-3.2-1b", "a6000ada", 1, top, "ttft", 1)[1] is not None  # in range: a curve
+    with pytest.raises(ProfileMissing, match=rf"prompt {4 * top} is outside the profiled prompt lengths"):
+        book.curve("llama-3.2-1b", "a6000ada", 1, 4 * top, "ttft", 1)

@@ -41,6 +41,23 @@ class CurveBook:
             self._points[key] = at[at["in_range"].to_numpy()].sort_values("batch", kind="stable")
         return self._points[key]
 
+    def _why_no_curve(self, model: str, device: str, tp: int, prompt: int, metric: str, batch: int) -> str:
+        """Why (model, device, tp) has no `metric` curve up to `batch` at `prompt`: the prompt outside every
+        profiled range of its batches, or the p50 the simulator draws from missing."""
+        frame = self.table.frame
+        rows = frame[(frame["model"] == model) & (frame["device"] == device) & (frame["tp"] == tp)]
+        lo, hi = int(rows["prompt_tokens"].min()), int(rows["prompt_tokens"].max())
+        where = f"{model}/{device}/tp{tp}"
+        if self.points(model, device, tp, prompt).empty:
+            return (
+                f"prompt {prompt} is outside the profiled prompt lengths of {where} ({lo}..{hi}); latencies "
+                "are never extrapolated: profile that prompt length to simulate it"
+            )
+        return (
+            f"no {metric} profile with a p50 for {where} up to batch {batch} at prompt {prompt}: the "
+            "simulator draws each latency from its p50 and p90; give the rows a p50 to simulate"
+        )
+
     def curve(self, model: str, device: str, tp: int, prompt: int, metric: str, batch: int) -> Curve:
         """Quantile params of `metric` ("ttft" or "tbt") per n = 1..batch: each percentile interpolated
         linearly over the profiled batches (NaN for every n when it is missing at any of them); batches
@@ -51,12 +68,9 @@ class CurveBook:
         usable = np.isfinite(values[:, 0])
         batches, values = points["batch"].to_numpy(float)[usable], values[usable]
         if not len(batches) or batches.max() < batch:
-            msg = (
-                f"no {metric} profile with a p50 for {model}/{device}/tp{tp} up to batch {batch} at prompt "
-                f"{prompt}: the simulator draws each latency from its p50 and p90; give the rows a p50 to "
-                "simulate"
+            raise ProfileMissing(
+                self._why_no_curve(model, device, tp, prompt, metric, batch), field="profiles"
             )
-            raise ProfileMissing(msg, field="profiles")
         complete = [bool(np.isfinite(values[:, j]).all()) for j in range(3)]
         out: Curve = [None]
         for n in range(1, batch + 1):
