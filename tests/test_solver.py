@@ -182,6 +182,7 @@ def test_prompt_outside_profile_is_explained_not_extrapolated():
     first = result.workloads[0]
     assert first.served_rps == 0.0
     assert "outside the profiled prompt range" in first.reason
+    assert "(128..1024 tokens)" in first.reason  # the range, so the user knows what to profile
 
 
 def test_unmeetable_tbt_names_the_best_device():
@@ -437,3 +438,32 @@ def test_inline_rows_and_stored_set_give_the_same_plan():
         plan(request, with_baselines=False).slo_rps, rel=1e-9
     )
     assert from_rows(inline.profiles.rows).frame.shape == table.frame.shape
+
+
+def test_a_model_missing_from_the_default_set_says_the_set_is_the_default():
+    """Session 34's user test: a request without `profiles` plans on the bundled set 'paper', so an error
+    naming 'paper' for a model of the user's own read as a set the user never chose."""
+    from fleetplan.models.codec import convert
+    from fleetplan.models.errors import ProfileMissing
+    from fleetplan.models.plan import PlanRequest
+    from fleetplan.solver.candidates import check_profiles_cover
+    from fleetplan.solver.pipeline import resolve_profiles
+
+    request = convert(
+        {
+            "devices": [{"name": "a6000ada", "count": 1}],
+            "workloads": [
+                {
+                    "name": "chat",
+                    "model": "acme-8b",
+                    "prompt_tokens": 512,
+                    "output_tokens": 64,
+                    "rate_rps": 1,
+                    "slo": {"ttft_ms": 500, "tbt_ms": 50},
+                }
+            ],
+        },
+        PlanRequest,
+    )
+    with pytest.raises(ProfileMissing, match="'paper' is the default set: name yours in profiles.set"):
+        check_profiles_cover(request, resolve_profiles(request))

@@ -113,6 +113,8 @@ def check_profiles_cover(request: PlanRequest, table: ProfileTable) -> None:
                 f"no profile rows for model {workload.model!r} in set {table.name!r} "
                 f"(it has {sorted(frame['model'].unique())})"
             )
+            if table.name == "paper":  # also what a request without `profiles` gets
+                msg += "; 'paper' is the default set: name yours in profiles.set or give profiles.rows"
             raise ProfileMissing(msg, field=f"workloads[{index}].model")
         q = workload.slo.percentile
         for metric in ("ttft", "tbt"):

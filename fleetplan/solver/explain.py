@@ -16,8 +16,9 @@ def _best(frame: pd.DataFrame, column: str) -> str:
     return f"{row['device']} (tp {row['tp']}, batch {row['batch']}) at {row[column]:.1f} ms"
 
 
-def no_candidate_reason(cand: Candidates, w: int) -> str:
-    """The first SLO or data gap that leaves class w without any pool."""
+def no_candidate_reason(cand: Candidates, w: int, table=None) -> str:
+    """The first SLO or data gap that leaves class w without any pool (`table`, the profile table: the
+    profiled prompt range, where the prompt lies outside it)."""
     request = cand.request
     c = cand.classes.loc[w]
     q = int(c["percentile"])
@@ -34,9 +35,14 @@ def no_candidate_reason(cand: Candidates, w: int) -> str:
         )
     in_range = on_fleet[on_fleet["in_range"]]
     if in_range.empty:
+        span = ""
+        if table is not None:
+            frame = table.frame
+            rows = frame[(frame["model"] == model) & frame["device"].isin(list(counts))]
+            span = f" ({int(rows['prompt_tokens'].min())}..{int(rows['prompt_tokens'].max())} tokens)"
         return (
-            f"prompt {c['prompt_tokens']} tokens is outside the profiled prompt range of {model} "
-            "on every fleet device"
+            f"prompt {c['prompt_tokens']} tokens is outside the profiled prompt range of {model}{span} "
+            "on every fleet device; latencies are never extrapolated"
         )
     valid = in_range.dropna(subset=["ttft_ms", "tbt_ms"])
     if valid.empty:

@@ -138,7 +138,7 @@ def _assemble(
     devices = extract.devices_out(cand, solution)
     links = extract.links_out(cand, routes)
     cost = float(sum(d.cost_per_hour * u.used for d, u in zip(request.devices, devices, strict=True)))
-    results = _workload_results(cand, routes, devices, links, cost, solution)
+    results = _workload_results(cand, routes, devices, links, cost, solution, table)
     bound, gap = _bound_and_gap(outcome, request)
     unit, objective_value, objective_bound = _objective(outcome, request, results)
     return Plan(
@@ -262,7 +262,7 @@ def _kept_instances(cand, cols, values, solution: extract.Solution) -> extract.S
     return dataclasses.replace(solution, instances=instances)
 
 
-def _workload_results(cand, routes, devices, links, cost, solution=None) -> list[WorkloadResult]:
+def _workload_results(cand, routes, devices, links, cost, solution=None, table=None) -> list[WorkloadResult]:
     """Served, unserved and why, per class; the solution's `dropped` (RPS per class extract dropped for
     running through pools with 0 instances) and `slivers` are unserved, and the reason says so."""
     classes = cand.classes
@@ -273,7 +273,7 @@ def _workload_results(cand, routes, devices, links, cost, solution=None) -> list
     with_uses = set(cand.uses["w"].to_numpy().tolist())
     reasons: dict[int, str | None] = {w: None for w in classes.index}
     reasons.update(
-        {w: explain.no_candidate_reason(cand, w) for w in classes.index[short] if w not in with_uses}
+        {w: explain.no_candidate_reason(cand, w, table) for w in classes.index[short] if w not in with_uses}
     )
     reasons.update(
         explain.shortfall_reasons(
