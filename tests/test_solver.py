@@ -452,6 +452,7 @@ def test_a_model_missing_from_the_default_set_says_the_set_is_the_default():
     request = convert(
         {
             "devices": [{"name": "a6000ada", "count": 1}],
+            "models": [{"name": "acme-8b", "layers": 32, "kv_heads": 8, "head_dim": 128}],
             "workloads": [
                 {
                     "name": "chat",
