@@ -1,4 +1,4 @@
-"""The request a planner takes and the plan it gives back (docs/api-contract.md)."""
+"""The request a planner takes and the plan it gives back (docs/request.md field by field, docs/api.md)."""
 
 from typing import Annotated, Literal
 

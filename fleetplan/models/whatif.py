@@ -1,4 +1,4 @@
-"""What-if sweeps over one base request (docs/api-contract.md "What-if", docs/whatif.md).
+"""What-if sweeps over one base request (docs/whatif.md).
 
 A WhatIfRequest names one or two axes; the answer has one Point per grid point (the first axis varies
 slowest), the indices of the Pareto frontier in (cost lower, SLO RPS higher), and how it was run.
