@@ -50,3 +50,16 @@ def test_inline_rows_of_a_device_the_fleet_does_not_have_are_named():
         "profiles.rows name device(s) ['inf-2'] that the fleet does not have "
         "(devices: ['a6000ada', 'inf2']); those rows serve nothing",
     ]
+
+
+def test_rows_without_the_p50_are_named_once_per_model_and_device():
+    """Without p50 the capacity model takes p90 as the median (the plan is more conservative) and the
+    simulator refuses the rows: a new user found both only by comparing plans (session 34)."""
+    rows = paper_rows()
+    rows.loc[rows["device"] == "a6000ada", "tbt_ms_p50"] = np.nan
+    request = tiny_request(rows.astype(object).where(rows.notna(), None))
+    assert warnings_of(request) == [
+        "profile rows of model 'llama-3.2-1b' on device 'a6000ada' lack ttft_ms_p50 or tbt_ms_p50: the "
+        "capacity model takes the next percentile as the median (a conservative plan), and `simulate` "
+        "cannot replay them; profile the p50 too"
+    ]

@@ -149,7 +149,8 @@ def with_sliver(reason: str | None, window_s: float, tail_requests: float) -> st
 def profile_warnings(request: PlanRequest, table) -> list[str]:
     """What the profile rows leave out of the request, said before anyone wonders why a device sits idle:
     a fleet device with no rows (it can serve nothing); a device with rows for a class's model but none at
-    the class's SLO percentile (the class cannot use it); an `options.batch_sizes` or `options.tp_degrees`
+    the class's SLO percentile (the class cannot use it); rows without the p50 (a conservative plan that the
+    simulator cannot replay); an `options.batch_sizes` or `options.tp_degrees`
     value no row of the classes' models has (never planned); and, for inline rows, rows of a device not in
     the fleet (a misspelt name: those rows serve nothing)."""
     frame = table.frame
@@ -170,6 +171,15 @@ def profile_warnings(request: PlanRequest, table) -> list[str]:
                 f"class {w.name!r} (p{q} SLO) cannot use it"
             )
     models = frame[frame["model"].isin({w.model for w in request.workloads})]
+    medianless = models[
+        models["device"].isin(fleet) & (models["ttft_ms_p50"].isna() | models["tbt_ms_p50"].isna())
+    ]
+    for (model, device), _ in medianless.groupby(["model", "device"]):
+        warnings.append(
+            f"profile rows of model {model!r} on device {device!r} lack ttft_ms_p50 or tbt_ms_p50: the "
+            "capacity model takes the next percentile as the median (a conservative plan), and `simulate` "
+            "cannot replay them; profile the p50 too"
+        )
     for option, column in (("batch_sizes", "batch"), ("tp_degrees", "tp")):
         unprofiled = sorted(set(getattr(request.options, option) or ()) - set(models[column]))
         if unprofiled:
