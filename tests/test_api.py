@@ -744,3 +744,18 @@ def test_verify_simulate_without_p50_rows_is_a_422_naming_the_profiles(client: T
     body = inline_request()
     body["verify"] = "simulate"
     assert_problem(post(client, body), 422, "profiles", says="the simulator draws each latency from its p50")
+
+
+def test_openapi_lists_every_field_of_an_answer_as_required(client: TestClient) -> None:
+    """msgspec writes every field, defaults included: a component only the server writes says so, so that a
+    generated client does not type `Point.binding` or `DeviceUse.bought` as optional (session 34's audit).
+    What clients send keeps its defaults optional."""
+    schemas = client.get("/schema/openapi.json").json()["components"]["schemas"]
+    for name in ("Plan", "DeviceUse", "Point", "WhatIfResult", "Run", "SimulationReport"):
+        assert sorted(schemas[name]["required"]) == sorted(schemas[name]["properties"]), name
+    assert "options" not in schemas["PlanRequest"]["required"]
+    assert "time_limit_s" not in schemas["Options"].get("required", [])
+    # and an answer has them all
+    plan = post(client, inline_request()).json()
+    assert set(plan) == set(schemas["Plan"]["properties"])
+    assert set(plan["devices"][0]) == set(schemas["DeviceUse"]["properties"])

@@ -121,7 +121,38 @@ def refine(document: dict[str, Any], settings: Settings) -> dict[str, Any]:
     wire = [structs[name] for name in sorted(schemas) if name in structs]
     schemas.update(jsonschema.components(wire))
     apply_caps(schemas, settings)
+    _answers_complete(document, schemas)
     return document
+
+
+def _refs(node: Any) -> set[str]:
+    """Component names `node` refers to ($ref), at any depth."""
+    if isinstance(node, dict):
+        found = {node["$ref"].rpartition("/")[2]} if isinstance(node.get("$ref"), str) else set()
+        return found.union(*(_refs(v) for v in node.values()))
+    if isinstance(node, list):
+        return set().union(*(_refs(v) for v in node))
+    return set()
+
+
+def _answers_complete(document: dict[str, Any], schemas: dict[str, Any]) -> None:
+    """Every property of a component only the server writes (reachable from no request body or parameter)
+    is `required`: msgspec encodes every field, defaults included, so an answer always has them all, and a
+    client generated from the schema should not see `Point.binding` or `DeviceUse.bought` as optional."""
+    taken: set[str] = set()
+    pending = set()
+    for item in document.get("paths", {}).values():
+        for operation in item.values():
+            if isinstance(operation, dict):
+                pending |= _refs(operation.get("requestBody", {})) | _refs(operation.get("parameters", []))
+    while pending:
+        name = pending.pop()
+        if name not in taken and name in schemas:
+            taken.add(name)
+            pending |= _refs(schemas[name])
+    for name, schema in schemas.items():
+        if name not in taken and name != "Problem" and "properties" in schema:
+            schema["required"] = list(schema["properties"])
 
 
 class ContractJson(JsonRenderPlugin):
