@@ -191,3 +191,18 @@ def test_replicas_starting_together_migrate_a_fresh_database_once(database_url):
         revisions = list(pool.map(lambda _: upgrade(make_engine(database_url)), range(4)))
     assert len(set(revisions)) == 1
     assert revisions[0] == current_revision(make_engine(database_url))
+
+
+def test_a_password_in_the_urls_query_reaches_no_message():
+    """libpq takes `?password=` too; masked() hid only `user:pass@`, so a password given in the query went
+    into every log line and every 503 an anonymous client could read (session 34's operator test)."""
+    url = "postgresql+psycopg://fpu@127.0.0.1:1/fp?password=QuerySecretPW&sslmode=disable&sslpassword=k3y"
+    assert (
+        engine.masked(url)
+        == "postgresql+psycopg://fpu@127.0.0.1:1/fp?password=***&sslmode=disable&sslpassword=***"
+    )
+    with pytest.raises(StoreUnavailable) as caught:
+        upgrade(make_engine(url))  # nothing listens on port 1
+    assert "QuerySecretPW" not in str(caught.value)
+    assert "k3y" not in str(caught.value)
+    assert "password=***" in str(caught.value)

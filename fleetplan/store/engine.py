@@ -7,6 +7,7 @@ FLEETPLAN_DATABASE_URL=postgresql+psycopg://... for several API replicas.
 """
 
 import os
+import re
 from pathlib import Path
 
 import sqlalchemy as sa
@@ -71,12 +72,19 @@ def _sqlite_on_begin(connection) -> None:
     connection.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
 
 
+# query parameters of a database URL that carry a secret (libpq's `password`, `sslpassword`, ...)
+SECRET_QUERY = re.compile(r"pass|pwd|secret|token|key", re.IGNORECASE)
+
+
 def masked(url: str | sa.URL) -> str:
-    """A database URL fit for a message or a log: its password replaced by ***."""
+    """A database URL fit for a message or a log: its password, and any query parameter that carries one
+    (`?password=...`, which libpq takes too), replaced by ***."""
     try:
-        return sa.make_url(url).render_as_string(hide_password=True)
+        parsed = sa.make_url(url)
     except sa.exc.ArgumentError:
         return "<an unparsable database URL>"
+    hidden = {k: "***" if SECRET_QUERY.search(k) else v for k, v in parsed.query.items()}
+    return parsed.set(query=hidden).render_as_string(hide_password=True).replace("%2A%2A%2A", "***")
 
 
 def unavailable(engine: Engine, doing: str, error: Exception) -> StoreUnavailable:
