@@ -76,6 +76,25 @@ def test_a_bad_setting_names_itself(env: dict[str, str], says: str) -> None:
         load_settings(environ=env)
 
 
+def test_a_bad_setting_names_the_file_it_came_from_and_limits_that_refuse_every_plan(tmp_path: Path) -> None:
+    """Session 34's operator test: a bad value from the TOML file named the environment variable, and
+    min_time_limit_s above max_time_limit_s started a server that refused every plan."""
+    file = tmp_path / "s.toml"
+    file.write_text("max_queued_solves = -3\n")
+    with pytest.raises(
+        SettingsError, match=rf"^max_queued_solves \(settings file {file}\): Expected `int` >= 0"
+    ):
+        load_settings(environ={}, file=file)
+    with pytest.raises(SettingsError, match=r"^max_queued_solves \(command line\)"):
+        load_settings(environ={}, max_queued_solves=-1)
+    file.write_text("min_time_limit_s = 100\nmax_time_limit_s = 60\n")
+    with pytest.raises(SettingsError, match="is above max_time_limit_s .* no time limit would be accepted"):
+        load_settings(environ={}, file=file)
+    with pytest.raises(SettingsError, match=r"min_time_limit_s \(FLEETPLAN_MIN_TIME_LIMIT_S\) = 90"):
+        load_settings(environ={"FLEETPLAN_MIN_TIME_LIMIT_S": "90"})  # above the default 60 s cap
+    assert load_settings(environ={"FLEETPLAN_MIN_TIME_LIMIT_S": "60"}).min_time_limit_s == 60
+
+
 def test_an_unknown_key_in_the_file_is_refused(tmp_path: Path) -> None:
     file = tmp_path / "s.json"
     file.write_text('{"max_workload": 3}')

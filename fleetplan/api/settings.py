@@ -131,21 +131,34 @@ def load_settings(
     if file is None and environ.get(SETTINGS_FILE_ENV):
         file = Path(environ[SETTINGS_FILE_ENV])
     merged: dict[str, Any] = {}
-    if file is not None:
-        merged.update(_from_file(file))
-    merged.update(_from_env(environ))
-    merged.update({k: v for k, v in overrides.items() if v is not None})
+    source: dict[str, str] = {}  # where each given setting came from, for the message that names it
+    layers = [
+        (_from_file(file) if file is not None else {}, f"settings file {file}"),
+        (_from_env(environ), ""),
+        ({k: v for k, v in overrides.items() if v is not None}, "command line"),
+    ]
+    for values, origin in layers:
+        merged.update(values)
+        source.update({k: origin or env_name(k) for k in values})
     if merged.get("api_token") == "":
         merged["api_token"] = None  # an empty token is no token (it would match an empty Bearer)
     try:
         # strict=False: environment strings become ints, floats and bools ("1", "true", "8000")
-        return msgspec.convert(merged, Settings, strict=False)
+        settings = msgspec.convert(merged, Settings, strict=False)
     except msgspec.ValidationError as error:
         reason, _, at = str(error).partition(" - at `$.")
         field = at.rstrip("`")
-        where = f"{field} ({env_name(field)})" if field else "settings"
+        where = f"{field} ({source.get(field, env_name(field))})" if field else "settings"
         msg = f"{where}: {reason}"
         raise SettingsError(msg) from error
+    if settings.min_time_limit_s > settings.max_time_limit_s:  # every plan would be refused
+        msg = (
+            f"min_time_limit_s ({source.get('min_time_limit_s', 'default')}) = {settings.min_time_limit_s:g} "
+            f"is above max_time_limit_s ({source.get('max_time_limit_s', 'default')}) = "
+            f"{settings.max_time_limit_s:g}: no time limit would be accepted"
+        )
+        raise SettingsError(msg)
+    return settings
 
 
 def describe() -> list[tuple[str, str, str]]:
