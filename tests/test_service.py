@@ -8,8 +8,10 @@ workers.plan_in_child in children forked from the test process.
 import json
 import logging
 import os
+import re
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -442,6 +444,11 @@ def test_json_logs_are_one_object_per_line_for_the_migrations_too(capsys) -> Non
     records = [json.loads(line) for line in lines]
     assert [r["logger"] for r in records] == ["alembic.runtime.migration", "fleetplan.api"]
     assert records[0]["message"] == "Running upgrade 0001 -> 0002, runs' owner\nand beat"
+    # RFC 3339 in UTC with milliseconds (it had neither zone nor sub-seconds: session 34's operator test)
+    stamp = datetime.fromisoformat(records[1]["time"])
+    assert stamp.utcoffset() == timedelta(0)
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}\+00:00", records[1]["time"])
+    assert abs((datetime.now(UTC) - stamp).total_seconds()) < 60
 
 
 def test_a_refused_request_is_freed_without_the_cycle_collector() -> None:
