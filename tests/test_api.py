@@ -759,3 +759,23 @@ def test_openapi_lists_every_field_of_an_answer_as_required(client: TestClient) 
     plan = post(client, inline_request()).json()
     assert set(plan) == set(schemas["Plan"]["properties"])
     assert set(plan["devices"][0]) == set(schemas["DeviceUse"]["properties"])
+
+
+def test_openapi_says_which_routes_take_the_bearer_token_and_that_503s_carry_retry_after() -> None:
+    """Session 34's operator test: the document had no securitySchemes (bearer auth was invisible to a
+    generated client) and declared no Retry-After on its 503s."""
+    for chosen, reads in ((Settings(), False), (Settings(read_auth=True, api_token="t0k"), True)):
+        with TestClient(app=create_app(settings=chosen)) as client:
+            document = client.get("/schema/openapi.json", headers={"authorization": "Bearer t0k"}).json()
+        assert document["components"]["securitySchemes"]["bearer"]["scheme"] == "bearer"
+        secured = {
+            (method, path)
+            for path, item in document["paths"].items()
+            for method, operation in item.items()
+            if operation.get("security") == [{"bearer": []}]
+        }
+        writes = {("post", "/profiles"), ("put", "/fleets/{name}"), ("post", "/fleets/{name}/replan")}
+        assert writes <= secured
+        assert (("post", "/plan") in secured) == reads  # reads take it only under FLEETPLAN_READ_AUTH
+        assert ("get", "/health") not in secured
+        assert "Retry-After" in document["paths"]["/plan"]["post"]["responses"]["503"]["headers"]

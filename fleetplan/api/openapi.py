@@ -9,13 +9,14 @@ lists the rules no schema can state.
 """
 
 import copy
+import re
 from typing import Any
 
 import msgspec
 from litestar import Request
 from litestar.openapi.plugins import JsonRenderPlugin
 
-from fleetplan.api.auth import OPEN_PATHS
+from fleetplan.api.auth import OPEN_PATHS, is_write
 from fleetplan.api.settings import Settings
 from fleetplan.models import jsonschema
 from fleetplan.models.plan import Options
@@ -91,10 +92,17 @@ WHATIF_MEDIA = {
 }
 
 
-def _responses(document: dict[str, Any], settings: Settings) -> None:
+RETRY_AFTER = {
+    "description": "Seconds to wait before trying again (a busy server, a deadline, a shutdown)",
+    "schema": {"type": "integer", "minimum": 0},
+}
+
+
+def _responses(document: dict[str, Any], settings: Settings, writes: frozenset[tuple[str, str]]) -> None:
     """What Litestar's declarations cannot say: every error is a Problem (its own 400 for a bad path
-    parameter was declared as application/json), POST /whatif also answers CSV and pictures, and with
-    FLEETPLAN_READ_AUTH every read but /health may answer 401."""
+    parameter was declared as application/json), POST /whatif also answers CSV and pictures, with
+    FLEETPLAN_READ_AUTH every read but /health may answer 401; the bearer scheme on the routes that take the
+    token, and Retry-After on every 503."""
     for path, item in document.get("paths", {}).items():
         for method, operation in item.items():
             responses = operation.get("responses", {}) if isinstance(operation, dict) else {}
@@ -108,14 +116,29 @@ def _responses(document: dict[str, Any], settings: Settings) -> None:
                     "description": "Missing or invalid bearer token",
                     "content": copy.deepcopy(PROBLEM),
                 }
+            needs = (path, method) in writes or (settings.read_auth and path not in OPEN_PATHS)
+            if needs:  # the routes that take the token: say how it is given (anonymous writes: or none)
+                anonymous = (
+                    (path, method) in writes and settings.allow_anonymous_writes and not settings.api_token
+                )
+                operation["security"] = [{}, {"bearer": []}] if anonymous else [{"bearer": []}]
+            if "503" in responses:
+                responses["503"].setdefault("headers", {})["Retry-After"] = copy.deepcopy(RETRY_AFTER)
+    document.setdefault("components", {}).setdefault("securitySchemes", {})["bearer"] = {
+        "type": "http",
+        "scheme": "bearer",
+        "description": "FLEETPLAN_API_TOKEN, as `Authorization: Bearer <token>` (docs/api.md)",
+    }
 
 
-def refine(document: dict[str, Any], settings: Settings) -> dict[str, Any]:
+def refine(
+    document: dict[str, Any], settings: Settings, writes: frozenset[tuple[str, str]] = frozenset()
+) -> dict[str, Any]:
     """`document` (Litestar's) with every fleetplan Struct's schema replaced, the caps written in, and
     the responses Litestar cannot declare (_responses)."""
     document = copy.deepcopy(document)
     _integer_bounds(document)
-    _responses(document, settings)
+    _responses(document, settings, writes)
     schemas: dict[str, Any] = document.setdefault("components", {}).setdefault("schemas", {})
     structs = _structs()
     wire = [structs[name] for name in sorted(schemas) if name in structs]
@@ -165,8 +188,23 @@ class ContractJson(JsonRenderPlugin):
 
     def render(self, request: Request, openapi_schema: dict[str, Any]) -> bytes:  # type: ignore[type-arg]
         if self._rendered is None:
-            self._rendered = self.render_json(request, refine(openapi_schema, self.settings))
+            writes = write_operations(request.app)
+            self._rendered = self.render_json(request, refine(openapi_schema, self.settings, writes))
         return self._rendered
+
+
+def write_operations(app: Any) -> frozenset[tuple[str, str]]:
+    """(path, lower-case method) of every route marked as a write (auth.is_write): those need the token."""
+    return frozenset(
+        (
+            re.sub(r"\{(\w+):[^}]+\}", r"{\1}", route.path),
+            method.lower(),
+        )  # "/fleets/{name:str}" as OpenAPI writes it
+        for route in app.routes
+        for handler in getattr(route, "route_handlers", ())
+        if is_write(handler)
+        for method in handler.http_methods
+    )
 
 
 __all__ = ["ContractJson", "apply_caps", "refine"]
