@@ -370,3 +370,29 @@ def test_plan_shows_the_simulation_verify_asked_for(runner: CliRunner, tmp_path:
     assert result.exit_code == 0, result.output
     assert "simulation (verify: simulate)" in result.stdout
     assert "of offered demand" in result.stdout
+
+
+def test_the_plan_table_says_what_to_buy_and_when_the_cost_is_not_proven(
+    runner: CliRunner, tmp_path: Path
+) -> None:
+    """Session 34's capacity-planner test: the table view had no `bought` column (only the JSON said what
+    to buy), and a cost tie-break stopped at a 3% gap printed as "gap 0.00%" (the goodput's gap)."""
+    from fleetplan.api.render import render_plain, summary_line
+
+    def render_plan_text(plan: Plan) -> str:
+        out = io.StringIO()
+        render_plain(plan, out)
+        return out.getvalue()
+
+    result = runner.invoke(main, ["plan", str(write_request(tmp_path, inline_request())), "--json"])
+    plan = msgspec.json.decode(result.stdout, type=Plan)
+    assert "tie-break gap" not in summary_line(plan)
+    assert "bought" not in render_plan_text(plan)  # nothing purchasable: the column stays away
+    devices = [msgspec.structs.replace(plan.devices[0], used=5, available=4, bought=1), *plan.devices[1:]]
+    solver = msgspec.structs.replace(plan.solver, tie_break_gap=0.0297)
+    shown = msgspec.structs.replace(plan, devices=devices, solver=solver)
+    assert "cost " in summary_line(shown)
+    assert "(not proven cheapest: tie-break gap 2.97%)" in summary_line(shown)
+    table = render_plan_text(shown)
+    assert re.search(rf"{plan.devices[0].name}\s+5/4\s+1\n", table), table
+    assert re.search(r"device\s+used/available\s+bought", table)

@@ -25,7 +25,10 @@ class Section:
 
 
 def _num(value: float | None, digits: int = 2) -> str:
-    return "-" if value is None else f"{value:,.{digits}f}"
+    if value is None:
+        return "-"
+    text = f"{value:,.{digits}f}"
+    return text[1:] if text.startswith("-") and not text.strip("-0.,") else text  # "-0.00" reads 0.00
 
 
 def _pct(value: float | None, digits: int = 1) -> str:
@@ -81,14 +84,31 @@ def summary_line(plan: Plan) -> str:
     return (
         f"status {plan.status} ({plan.objective})  |  SLO RPS {_num(plan.slo_rps)} / {_num(plan.demand_rps)}"
         f" demand ({_pct(served)}){objective_text(plan)}  |  gap {_pct(plan.mip_gap, 2)}"
-        f"  |  cost {_num(plan.cost_per_hour)}/h  |  solve {_num(plan.solver.solve_ms, 1)} ms"
+        f"  |  cost {_num(plan.cost_per_hour)}/h{_cost_gap(plan)}"
+        f"  |  solve {_num(plan.solver.solve_ms, 1)} ms"
         f" (build {_num(plan.solver.build_ms, 1)} ms, {plan.solver.backend})"
     )
 
 
+PROVEN_GAP = 1.0001e-4  # a tie-break gap at or below the default mip_rel_gap reads as proven
+
+
+def _cost_gap(plan: Plan) -> str:
+    """ " (not proven cheapest: tie-break gap 2.97%)" where the cost tie-break stopped above the request's
+    gap, which `gap` (the goodput's) does not show: another plan of the same goodput may cost less."""
+    gap = plan.solver.tie_break_gap if plan.solver is not None else None
+    if gap is None or gap <= PROVEN_GAP:
+        return ""
+    return f" (not proven cheapest: tie-break gap {_pct(gap, 2)})"
+
+
 def plan_report(plan: Plan) -> list[Section]:
-    """The sections of the table view, in reading order."""
-    devices: list[Row] = [[d.name, f"{d.used}/{d.available}"] for d in plan.devices]
+    """The sections of the table view, in reading order; the devices table says what to buy where a
+    type is purchasable (`bought`)."""
+    buying = any(d.bought for d in plan.devices)
+    devices: list[Row] = [
+        [d.name, f"{d.used}/{d.available}", *([str(d.bought)] if buying else [])] for d in plan.devices
+    ]
     links: list[Row] = [
         [f"{link.source} -> {link.target}", _num(link.gbps), _num(link.budget_gbps)] for link in plan.links
     ]
@@ -103,7 +123,7 @@ def plan_report(plan: Plan) -> list[Section]:
             ["role", "model", "device", "tp", "batch", "instances", "utilization", "headroom"],
             _pool_rows(plan),
         ),
-        Section("Devices", ["device", "used/available"], devices),
+        Section("Devices", ["device", "used/available", *(["bought"] if buying else [])], devices),
     ]
     if links:
         sections.append(Section("Links (Gbit/s)", ["link", "KV traffic", "budget"], links))
