@@ -763,3 +763,32 @@ def test_a_point_short_of_serving_in_full_plans_one_more_device_itself():
     solver = SimpleNamespace(reuse=lambda r: None, solve=lambda r, c: planned.append(r) or "its own plan")
     assert PointSolver.one_more_device(solver, request, None, short, ("small", 1)) == "its own plan"
     assert planned == [request]
+
+
+def test_the_budget_binds_where_no_device_with_room_fits_what_is_left():
+    """Session 34's planner test: at 5 and 19 $/h of paper.json's sweep what was left bought no instance of
+    a type with room, yet `budget` was missing from `binding`: the cheapest pool of a full type counted."""
+    from fleetplan.solver.candidates import build_candidates
+    from fleetplan.solver.pipeline import resolve_profiles
+    from fleetplan.whatif.point import budget_binding
+
+    request = two_types(small={"max_count": 4}, big={"max_count": 2}, budget=9.0)
+    cand = build_candidates(request, resolve_profiles(request))
+    # small (1 $/h) full at 4, big (3 $/h) has room: 2 $/h left buys no big instance
+    assert budget_binding(request, cand, 7.0, {"small": 4, "big": 1}) == ["budget"]
+    assert budget_binding(request, cand, 6.0, {"small": 4, "big": 1}) == []  # 3 $/h left: a big one fits
+    assert budget_binding(request, cand, 7.0, {"small": 3, "big": 1}) == []  # a small one still fits
+    assert budget_binding(request, cand, 7.0, {"small": 4, "big": 2}) == []  # every type full: devices bind
+
+
+def test_a_count_by_max_count_grid_refuses_a_point_with_max_count_below_count_in_either_order():
+    """Session 34: (count 12, max_count 8) failed in one axis order and was planned with max_count 12,
+    labelled 8, in the other."""
+    base = two_types(small={"max_count": 4})
+    for axes in (
+        ({"param": "count:small", "values": [2, 6]}, {"param": "max_count:small", "values": [4, 8]}),
+        ({"param": "max_count:small", "values": [4, 8]}, {"param": "count:small", "values": [2, 6]}),
+    ):
+        with pytest.raises(ValueError, match="max_count 4 is below count 6 of axes"):
+            whatif(base, *axes)
+    whatif(base, {"param": "count:small", "values": [2, 3]}, {"param": "max_count:small", "values": [4, 8]})

@@ -157,3 +157,26 @@ def test_the_points_table_tells_no_gain_from_not_asked_and_shows_the_baselines()
     assert [row[column] for row in cells] == ["0", "gpu=0.50", "-"]
     assert [row[column + 1 : column + 3] for row in cells] == [["1.25", "2.50"]] * 3
     assert "(0: none adds any, -: not asked)" in lines[-1]
+
+
+def test_a_min_cost_point_the_fleet_cannot_serve_in_full_is_on_the_frontier_when_nothing_beats_it():
+    """Its plan is the max-goodput one it falls back to (status `infeasible`): 109 RPS at 35.85 $/h that no
+    other point beat showed grey (session 34's planner test)."""
+    points = [
+        point({"demand_scale": 1.0}, 60.0, 30.0, 60.0),
+        msgspec.structs.replace(point({"demand_scale": 2.0}, 109.0, 35.85, 120.0), status="infeasible"),
+    ]
+    assert frontier(points) == [0, 1]
+
+
+def test_an_axis_grid_has_no_float_dust_and_many_scenarios_get_distinct_colours(plt):
+    from fleetplan.models.whatif import Axis
+
+    assert Axis(param="price:inf2", start=0.6, stop=1.6, num=11).grid()[6] == 1.2  # not 1.2000000000000002
+    scenarios = [0.5 + 0.1 * k for k in range(12)]
+    points = [point({"budget_per_hour": b, "price:tpu": p}, b, b, 10) for p in scenarios for b in (1.0, 2.0)]
+    figure = frontier_figure(result(["budget_per_hour", "price:tpu"], points), plt)
+    plans = [line for line in figure.axes[0].get_lines() if line.get_linewidth() == 1.6]
+    colours = {matplotlib.colors.to_hex(line.get_color()) for line in plans}
+    assert len(plans) == len(colours) == 12  # C{k % 10} gave the 1st and the 11th one colour
+    assert "on the 12 scenarios' frontiers" in figure.texts[0].get_text()

@@ -58,7 +58,8 @@ class Axis(Base):
         if self.num == 1:
             return [float(self.start)]
         step = (self.stop - self.start) / (self.num - 1)
-        return [float(self.start + i * step) for i in range(self.num)]
+        # rounded to 12 significant digits: 0.6 + 6 x 0.1 is 1.2, not 1.2000000000000002 in the CSV
+        return [float(f"{self.start + i * step:.12g}") for i in range(self.num)]
 
     @property
     def kind(self) -> str:
@@ -115,6 +116,24 @@ class WhatIfRequest(Base):
                 if low < count:
                     msg = f"axes[{index}].values: max_count {low:g} is below {axis.device}'s count {count}"
                     raise ValueError(msg)
+        self._check_count_grid()
+
+    def _check_count_grid(self) -> None:
+        """A grid of count:D by max_count:D must keep max_count >= count at every point: in one axis order a
+        point such as (count 12, max_count 8) failed on its own, in the other it was planned with max_count
+        12 and labelled 8 (session 34)."""
+        by_param = {axis.param: (index, axis) for index, axis in enumerate(self.axes)}
+        for param, (i, counts) in by_param.items():
+            if counts.kind != "count":
+                continue
+            j, caps = by_param.get(f"max_count:{counts.device}", (None, None))
+            if caps is not None and max(counts.grid()) > min(caps.grid()):
+                low, high = min(caps.grid()), max(counts.grid())
+                msg = (
+                    f"axes[{j}].values: max_count {low:g} is below count {high:g} of axes[{i}] ({param}) "
+                    "at a grid point; every max_count must be at least every count"
+                )
+                raise ValueError(msg)
 
     def size(self) -> int:
         n = 1

@@ -10,8 +10,11 @@ TOL = 1e-6
 
 def frontier(points: list[Point]) -> list[int]:
     """Indices of the points with a plan that no other point beats: none costs no more and serves no less
-    with one of the two strictly better. Equal points (the same plan at several budgets) are all kept."""
-    ok = [i for i, p in enumerate(points) if p.status in ("optimal", "feasible")]
+    with one of the two strictly better. Equal points (the same plan at several budgets) are all kept. A
+    `min_cost` point the fleet cannot serve in full (status `infeasible`) has a plan too, the max-goodput
+    one it falls back to, and counts like any (it was left out: a 1.75x-demand plan nothing beat showed
+    grey)."""
+    ok = [i for i, p in enumerate(points) if p.status in ("optimal", "feasible", "infeasible")]
     if not ok:
         return []
     cost = np.array([points[i].cost_per_hour for i in ok])

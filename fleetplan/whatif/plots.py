@@ -126,12 +126,22 @@ def _groups(result: WhatIfResult) -> list[tuple[str | None, list[int]]]:
     return [(f"{label} {v:g}", [i for i in solved if points[i].coords[axis] == v]) for v in values]
 
 
-def _colours(group: int, many: bool) -> dict[str, str]:
-    """Colours of one curve group: one per series for a single group; one per group for several (the
-    series then differ by line style and marker)."""
+def _colours(group: int, many: int) -> dict[str, Any]:
+    """Colours of one curve group of `many` (0 or 1: a single group): one per series for a single group;
+    one per group for several (the series then differ by line style and marker)."""
     if not many:
         return {"plan": "tab:blue", "gpu_only": "tab:red", "greedy": "tab:orange", "points": "0.6"}
-    return dict.fromkeys(("plan", "gpu_only", "greedy", "points"), f"C{group % 10}")
+    return dict.fromkeys(("plan", "gpu_only", "greedy", "points"), _group_colour(group, many))
+
+
+def _group_colour(group: int, many: int) -> Any:
+    """The colour of scenario `group` of `many`: the ten of the default cycle while they last, else a
+    continuous map (C{k % 10} gave the 1st and 11th scenario one colour)."""
+    if many <= 10:
+        return f"C{group}"
+    import matplotlib
+
+    return matplotlib.colormaps["viridis"](group / max(many - 1, 1))
 
 
 # (field, legend label, marker, line style when groups share a colour)
@@ -163,7 +173,7 @@ def frontier_figure(result: WhatIfResult, plt: Any) -> Any:
     figure, (by_cost, by_axis) = plt.subplots(1, 2, figsize=(13.5, 5.4), layout="constrained")
     shown = 0
     for k, (label, rows) in enumerate(groups):
-        colours = _colours(k, many)
+        colours = _colours(k, len(groups) if many else 0)
         shown += _frontier_group(by_cost, points, rows, label, colours, many, result.frontier)
         _axis_group(by_axis, points, rows, label, colours, many, along)
         _demand((by_cost, by_axis), points, rows, along, colours["plan"] if many else None)
@@ -182,7 +192,8 @@ def frontier_figure(result: WhatIfResult, plt: Any) -> Any:
     by_axis.set_title(what, fontsize="medium")
     _frontier_legend(figure, (by_cost, by_axis), many)
     names = " x ".join(short_label(a) for a in result.axes)
-    figure.suptitle(f"What-if over {names}: {len(points)} points, {shown} distinct plans on the frontier")
+    where = f"the {len(groups)} scenarios' frontiers" if many else "the frontier"
+    figure.suptitle(f"What-if over {names}: {len(points)} points, {shown} distinct plans on {where}")
     return figure
 
 

@@ -168,7 +168,7 @@ class PointSolver:
             bought={d.name: max(solved.used.get(d.name, 0) - d.count, 0) for d in request.devices},
             binding=device_binding(request, self.ctx.shared or cand, solved.used)
             + solved.binding
-            + budget_binding(request, cand, solved.cost),
+            + budget_binding(request, cand, solved.cost, solved.used),
             marginal_rps=marginal,
             baselines=self.baselines(request, cand) if self.ctx.request.baselines else None,
             solve_ms=round(solved.ms, 3),
@@ -427,13 +427,23 @@ def binding_constraints(
     return binding
 
 
-def budget_binding(request: PlanRequest, cand: Candidates, cost: float) -> list[str]:
-    """["budget"] when what is left of budget_per_hour buys no instance of any pool (a reused plan keeps
-    its limits but not its budget, so this is checked per point)."""
+def budget_binding(
+    request: PlanRequest, cand: Candidates, cost: float, used: dict[str, int] | None = None
+) -> list[str]:
+    """["budget"] when what is left of budget_per_hour buys no instance of any pool whose device type has
+    room for it (`used`: devices in use per type; a full type's cheap pools buy nothing, and counting them
+    hid the budget at 5 and 19 $/h of paper.json's sweep); a reused plan keeps its limits but not its
+    budget, so this is checked per point."""
     budget = request.options.budget_per_hour
+    if budget is None:
+        return []
     price = pool_cost(cand)
-    if budget is not None and price.any() and budget - cost < price[price > 0].min() - 1e-9:
-        return ["budget"]
+    pools = cand.pools
+    room = {d.name: d.capacity - (used or {}).get(d.name, 0) for d in request.devices}
+    fits = pools["tp"].to_numpy() <= pools["device"].map(room).fillna(0).to_numpy()
+    open_prices = price[fits & (price > 0)]
+    if not len(open_prices) or budget - cost < open_prices.min() - 1e-9:
+        return ["budget"] if len(open_prices) else []
     return []
 
 
