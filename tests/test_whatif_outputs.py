@@ -180,3 +180,27 @@ def test_an_axis_grid_has_no_float_dust_and_many_scenarios_get_distinct_colours(
     colours = {matplotlib.colors.to_hex(line.get_color()) for line in plans}
     assert len(plans) == len(colours) == 12  # C{k % 10} gave the 1st and the 11th one colour
     assert "on the 12 scenarios' frontiers" in figure.texts[0].get_text()
+
+
+def _slow_points(ctx, chunk, done=None):
+    """A task for LocalProcesses: each point takes a little while and is reported as it ends."""
+    import time
+
+    for _ in chunk:
+        time.sleep(ctx)
+        if done is not None:
+            done(1)
+    return len(chunk)
+
+
+def test_local_processes_report_points_as_they_finish_not_chunks():
+    """Session 34's planner test: the bar moved by whole chunks (~37 of 220 points at a time)."""
+    from fleetplan.whatif.executors import LocalProcesses
+
+    calls: list[int] = []
+    chunks = [list(range(0, 8)), list(range(8, 16))]
+    results = LocalProcesses(2).run(_slow_points, 0.1, chunks, calls.append)
+    assert results == [8, 8]
+    assert sum(calls) == 16  # every point once
+    assert len(calls) >= 4  # in steps smaller than a chunk (8 points), as the workers go
+    assert max(calls) < 8

@@ -2,7 +2,9 @@
 cluster. Each runs `fn(ctx, chunk)` for every chunk of point indices and reports finished points.
 """
 
+import multiprocessing
 import os
+import queue
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import dataclass, field
@@ -39,33 +41,63 @@ class Serial:
 _CONTEXT: dict[str, Any] = {}
 
 
-def _remember(ctx: Any) -> None:
-    _CONTEXT["ctx"] = ctx
+def _remember(ctx: Any, ticks: Any) -> None:
+    _CONTEXT["ctx"], _CONTEXT["ticks"] = ctx, ticks
 
 
 def _run_remembered(fn: Task, chunk: list[int]) -> Any:
-    return fn(_CONTEXT["ctx"], chunk)
+    return fn(_CONTEXT["ctx"], chunk, _CONTEXT["ticks"].put)
+
+
+TICK_S = 0.2  # how often the parent passes the workers' finished points on to `done`
 
 
 @dataclass
 class LocalProcesses:
-    """A pool of `workers` processes; the sweep context goes to each worker once, at its start."""
+    """A pool of `workers` processes; the sweep context goes to each worker once, at its start. Each worker
+    reports every point it finishes through a queue, so the progress bar moves point by point (it moved by
+    whole chunks, ~37 points at a time on a 220-point grid, its ETA swinging 9 -> 19 -> 12 -> 5 s)."""
 
     workers: int
     name: str = "processes"
 
     def run(self, fn: Task, ctx: Any, chunks: list[list[int]], done: Progress) -> list[Any]:
-        with ProcessPoolExecutor(self.workers, initializer=_remember, initargs=(ctx,)) as pool:
+        context = multiprocessing.get_context()
+        ticks = context.Queue()
+        total, told = sum(map(len, chunks)), 0
+
+        def tell(n: int) -> None:
+            nonlocal told
+            n = min(n, total - told)  # never past the total, whatever the queue still holds
+            if n > 0:
+                told += n
+                done(n)
+
+        with ProcessPoolExecutor(
+            self.workers, mp_context=context, initializer=_remember, initargs=(ctx, ticks)
+        ) as pool:
             futures = {pool.submit(_run_remembered, fn, chunk): i for i, chunk in enumerate(chunks)}
             results: list[Any] = [None] * len(chunks)
             pending = set(futures)
             while pending:
-                finished, pending = wait(pending, return_when=FIRST_COMPLETED)
+                finished, pending = wait(pending, timeout=TICK_S, return_when=FIRST_COMPLETED)
+                tell(_drained(ticks))
                 for future in finished:
-                    index = futures[future]
-                    results[index] = future.result()
-                    done(len(chunks[index]))
+                    results[futures[future]] = future.result()
+        tell(_drained(ticks))
+        tell(total - told)  # a tick lost with a worker still counts its points once
+        ticks.close()
         return results
+
+
+def _drained(ticks: Any) -> int:
+    """The points reported in `ticks` so far (without waiting)."""
+    n = 0
+    while True:
+        try:
+            n += ticks.get_nowait()
+        except queue.Empty:
+            return n
 
 
 @dataclass
