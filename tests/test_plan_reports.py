@@ -549,6 +549,9 @@ def test_an_unserved_class_names_the_budget_when_the_devices_with_room_cost_more
     )
     used = [DeviceUse(name="h100", used=1, available=2), DeviceUse(name="acc-x", used=6, available=6)]
     reason = shortfall_reasons(cand, [0], used, [], 11.2)[0]
-    assert reason == "device capacity (acc-x 6/6 in use); budget_per_hour 14 reached (11.20 in use)"
+    assert reason == (
+        "device capacity (acc-x 6/6 in use); budget_per_hour 14 reached (11.20 in use; one more instance the "
+        "class can use costs 4.00/h)"
+    )
     # with 4 $/h left an H100 fits: only acc-x binds
     assert shortfall_reasons(cand, [0], used, [], 10.0)[0] == "device capacity (acc-x 6/6 in use)"

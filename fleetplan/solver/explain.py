@@ -122,7 +122,10 @@ def _shortfall(
             binding.append(f"kv_budget_gbps {request.kv_budget_gbps:g} reached (at {rho[None]:.0%} headroom)")
     budget = request.options.budget_per_hour
     if budget is not None and cost_per_hour + cheapest > budget + 1e-9 * max(1.0, budget):  # no instance fits
-        binding.append(f"budget_per_hour {budget:g} reached ({cost_per_hour:.2f} in use)")
+        binding.append(
+            f"budget_per_hour {budget:g} reached ({cost_per_hour:.2f} in use; one more instance the class "
+            f"can use costs {cheapest:.2f}/h)"
+        )
     if not binding:
         return "capacity went to classes with more weighted goodput per device (or NIC bandwidth binds)"
     return "; ".join(binding)
