@@ -211,19 +211,12 @@ def _frontier_group(ax, points, rows, label, colours, many, frontier) -> int:
         label=None if many else "plan at a point",
     )
     if points[rows[0]].baselines is not None:
-        for name, text, marker, dashes in _BASELINES:
+
+        def spent(name: str) -> list[tuple[float, float]]:
             base = [getattr(points[i].baselines, name) for i in rows]
-            _curve(
-                ax,
-                [(b.cost_per_hour, b.slo_rps) for b in base],
-                True,
-                color=colours[name],
-                linestyle=dashes if many else "-",
-                linewidth=1.1,
-                marker=marker,
-                markersize=3.5,
-                label=None if many else text,
-            )
+            return [(b.cost_per_hour, b.slo_rps) for b in base]
+
+        _baseline_curves(ax, spent, True, colours, many, 3.5)
     # one scenario: the answer's own frontier; several: each its own, never one across them
     mine = set(rows)
     on = [rows[j] for j in pareto([points[i] for i in rows])] if many else [i for i in frontier if i in mine]
@@ -245,16 +238,26 @@ def _axis_group(ax, points, rows, label, colours, many, along) -> None:
     _curve(ax, plan, steps, color=colours["plan"], linewidth=1.6, marker="o", markersize=3, label=text)
     if not rows or points[rows[0]].baselines is None:
         return
+
+    def served(name: str) -> list[tuple[float, float]]:
+        return [(x, getattr(points[i].baselines, name).slo_rps) for x, i in zip(at, rows, strict=True)]
+
+    _baseline_curves(ax, served, steps, colours, many, 3)
+
+
+def _baseline_curves(ax, pairs_of, steps: bool, colours, many: bool, size: float) -> None:
+    """Both baselines' curves, `pairs_of(name)` their (x, SLO RPS): each in its colour (several scenarios:
+    the scenario's, told apart by line style and marker), named in the legend once."""
     for name, text, marker, dashes in _BASELINES:
         _curve(
             ax,
-            [(x, getattr(points[i].baselines, name).slo_rps) for x, i in zip(at, rows, strict=True)],
+            pairs_of(name),
             steps,
             color=colours[name],
             linestyle=dashes if many else "-",
             linewidth=1.1,
             marker=marker,
-            markersize=3,
+            markersize=size,
             label=None if many else text,
         )
 
