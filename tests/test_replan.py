@@ -121,6 +121,10 @@ def test_failing_replans_leave_the_last_good_plan_current(repo):
     assert limited.status == "kept"
     assert "max_moves=0" in limited.reason
     assert exit_code(limited) == 3
+    # proven infeasible: more moves may find a plan, more time will not (it asked for the time limit)
+    assert "the solver proved none exists" in limited.reason
+    assert "raise max_moves (--max-moves)" in limited.reason
+    assert "raise the time limit" not in limited.reason
 
     current = repo.current_plan("tiny")
     assert current.id == good.plan_id
@@ -517,21 +521,10 @@ def test_the_very_inputs_of_the_plan_in_force_are_unchanged_without_a_solve(repo
     assert busier.status == "promoted"
 
 
-def test_replan_messages_say_what_to_do(repo, tmp_path):
-    """A churn limit the solver proves infeasible asks for more moves, not more time; a dry run without a
-    gate does not claim one passed and exits 0 without a word on stderr; an unknown fleet names the CLI's
-    way to create it too (session 34's user test)."""
-    repo.put_fleet("tiny", tiny_request())
-    assert replan(repo, "tiny", ReplanRequest(gate=QUICK_GATE)).status == "promoted"
-    shrunk = tiny_request()
-    devices = [msgspec.structs.replace(d, count=2) if d.name == "a6000ada" else d for d in shrunk.devices]
-    repo.put_fleet("tiny", msgspec.structs.replace(shrunk, devices=devices))
-    limited = replan(repo, "tiny", ReplanRequest(max_moves=0, gate=QUICK_GATE))
-    assert limited.status == "kept"
-    assert "the solver proved none exists" in limited.reason
-    assert "raise max_moves (--max-moves)" in limited.reason
-    assert "raise the time limit" not in limited.reason
-
+def test_replan_messages_say_what_to_do(tmp_path):
+    """A dry run without a gate does not claim one passed and exits 0 without a word on stderr; an unknown
+    fleet names the CLI's way to create it too (session 34's user test; the churn limit's message is in
+    test_failing_replans_leave_the_last_good_plan_current)."""
     runner = CliRunner()
     env = {"FLEETPLAN_DATABASE_URL": f"sqlite:///{tmp_path / 'cli.db'}"}
     request_file = tmp_path / "tiny.json"
