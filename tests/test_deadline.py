@@ -10,6 +10,7 @@ from fleetplan import fixtures
 from fleetplan.models.codec import read_request
 from fleetplan.models.errors import DeadlineExceeded
 from fleetplan.solver import pipeline
+from fleetplan.solver.backends import Termination
 from fleetplan.solver.deadline import SOLVE_SHARE, Deadline, after_solve_s, holding
 
 
@@ -129,6 +130,11 @@ def test_no_plan_in_the_time_the_deadline_left_says_so():
     capped = pipeline._no_plan_message(request, outcome, Deadline.after(10.0))
     assert "found no plan (no_solution) in the 4.86 s that time_limit_s=10 left the solve" in capped
     assert "within time_limit_s=4.8638;" in pipeline._no_plan_message(request, outcome, None)
+    # a proof that no plan exists does not ask for more time (session 34: a churn limit read "raise the time
+    # limit", which finds nothing more)
+    proven = pipeline._no_plan_message(request, SimpleNamespace(termination=Termination.INFEASIBLE), None)
+    assert "proved that no plan meets the request's constraints (infeasible); more time will not" in proven
+    assert "raise the time limit" not in proven
 
 
 def test_a_small_time_limit_of_the_request_is_not_the_deadlines(monkeypatch):

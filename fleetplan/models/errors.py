@@ -43,10 +43,12 @@ class ProfileMissing(PlannerError):
 
 
 class SolverFailure(PlannerError):
-    """The solver gave no usable answer (time limit without incumbent, numerical trouble)."""
+    """The solver gave no usable answer (time limit without incumbent, numerical trouble, or a proof that
+    no plan meets the constraints: `proven_infeasible`, where more time would not help)."""
 
     status_code = 503
     title = "Solver gave no plan"
+    proven_infeasible = False
 
 
 class PlanVerificationError(PlannerError):

@@ -240,7 +240,7 @@ def _failure_status(error: PlannerError, current: PlanRecord | None) -> str:
 
 def _reason(error: PlannerError, order: ReplanRequest) -> str:
     if isinstance(error, SolverFailure) and order.max_moves is not None:
-        if "(infeasible)" in str(error):  # proven: more time finds nothing, more moves may
+        if error.proven_infeasible:  # more time finds nothing, more moves may
             return (
                 f"no plan within max_moves={order.max_moves}: the solver proved none exists (the fleet's "
                 "change needs more moves); raise max_moves (--max-moves)"

@@ -153,9 +153,9 @@ def profile_warnings(request: PlanRequest, table) -> list[str]:
     """What the profile rows leave out of the request, said before anyone wonders why a device sits idle:
     a fleet device with no rows (it can serve nothing); a device with rows for a class's model but none at
     the class's SLO percentile (the class cannot use it); rows without the p50 (a conservative plan that the
-    simulator cannot replay); an `options.batch_sizes` or `options.tp_degrees`
-    value no row of the classes' models has (never planned); and, for inline rows, rows of a device not in
-    the fleet (a misspelt name: those rows serve nothing)."""
+    simulator cannot replay); an `options.batch_sizes` or `options.tp_degrees` value no row of the classes'
+    models has (never planned); and, for inline rows, rows of a device not in the fleet (a misspelt name:
+    those rows serve nothing)."""
     frame = table.frame
     profiled = set(frame["device"])
     warnings = [

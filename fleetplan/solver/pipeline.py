@@ -211,7 +211,9 @@ def _solve(request: PlanRequest, cand, deadline: Deadline | None = None) -> tupl
     if fell_back:
         return outcome, "infeasible"
     if outcome.values is None:
-        raise SolverFailure(_no_plan_message(request, outcome, deadline), field="options.time_limit_s")
+        failure = SolverFailure(_no_plan_message(request, outcome, deadline), field="options.time_limit_s")
+        failure.proven_infeasible = outcome.termination is Termination.INFEASIBLE  # more time finds nothing
+        raise failure
     return outcome, _STATUS[outcome.termination]
 
 
@@ -223,6 +225,11 @@ def _no_plan_message(request: PlanRequest, outcome: Outcome, deadline: Deadline 
         within = (
             f"in the {options.time_limit_s:.2f} s that time_limit_s={deadline.budget_s:g} left the solve "
             "(after candidate generation, less what the work after the solve needs)"
+        )
+    if outcome.termination is Termination.INFEASIBLE:
+        return (
+            f"solver {options.solver} proved that no plan meets the request's constraints (infeasible); more "
+            "time will not find one"
         )
     return (
         f"solver {options.solver} found no plan ({outcome.termination}) {within}; raise the time limit or "
