@@ -779,6 +779,8 @@ def test_the_budget_binds_where_no_device_with_room_fits_what_is_left():
     assert budget_binding(request, cand, 6.0, {"small": 4, "big": 1}) == []  # 3 $/h left: a big one fits
     assert budget_binding(request, cand, 7.0, {"small": 3, "big": 1}) == []  # a small one still fits
     assert budget_binding(request, cand, 7.0, {"small": 4, "big": 2}) == []  # every type full: devices bind
+    # ... and the budget too where it would not pay for one more of any (test_marginal_value_..._by_hand)
+    assert budget_binding(request, cand, 8.5, {"small": 4, "big": 2}) == ["budget"]
 
 
 def test_a_count_by_max_count_grid_refuses_a_point_with_max_count_below_count_in_either_order():

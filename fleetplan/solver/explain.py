@@ -80,10 +80,13 @@ def shortfall_reasons(
     capacity = {d.name: d.capacity for d in cand.request.devices}  # owned plus purchasable
     room = {d.name: capacity[d.name] - d.used for d in devices}
     fits = uses["tp"].to_numpy() <= uses["device"].map(room).fillna(0).to_numpy()
-    instance = pd.Series(price * uses["tp"].to_numpy(), index=uses["w"].to_numpy())[fits]
-    cheapest = instance.groupby(level=0).min()
+    instance = pd.Series(price * uses["tp"].to_numpy(), index=uses["w"].to_numpy())
+    cheapest = instance[fits].groupby(level=0).min()
+    anywhere = instance.groupby(level=0).min()  # every device full: what one more would cost at all
     return {
-        w: _shortfall(cand, tps[w], float(cheapest.get(w, math.inf)), devices, links, cost_per_hour)
+        w: _shortfall(
+            cand, tps[w], float(cheapest.get(w, anywhere.get(w, math.inf))), devices, links, cost_per_hour
+        )
         for w in classes
     }
 
@@ -97,7 +100,7 @@ def _shortfall(
     cost_per_hour: float,
 ) -> str:
     """One class's binding resources; `min_tp`: its smallest tp per device it has uses on, `cheapest`: the
-    price of its cheapest instance on a device with room for it (inf where none has room)."""
+    price of its cheapest instance on a device with room for it (with none, on any device)."""
     request: PlanRequest = cand.request
     rho = cand.link_rho
     binding = []

@@ -432,19 +432,20 @@ def budget_binding(
 ) -> list[str]:
     """["budget"] when what is left of budget_per_hour buys no instance of any pool whose device type has
     room for it (`used`: devices in use per type; a full type's cheap pools buy nothing, and counting them
-    hid the budget at 5 and 19 $/h of paper.json's sweep); a reused plan keeps its limits but not its
-    budget, so this is checked per point."""
+    hid the budget at 5 and 19 $/h of paper.json's sweep), or, every type being full, no instance at all;
+    a reused plan keeps its limits but not its budget, so this is checked per point."""
     budget = request.options.budget_per_hour
-    if budget is None:
-        return []
     price = pool_cost(cand)
+    if budget is None or not (price > 0).any():
+        return []
     pools = cand.pools
     room = {d.name: d.capacity - (used or {}).get(d.name, 0) for d in request.devices}
     fits = pools["tp"].to_numpy() <= pools["device"].map(room).fillna(0).to_numpy()
+    # the cheapest instance a type has room for; every type full: the cheapest of all (the budget then binds
+    # beside the devices where it would not pay for one more either)
     open_prices = price[fits & (price > 0)]
-    if not len(open_prices) or budget - cost < open_prices.min() - 1e-9:
-        return ["budget"] if len(open_prices) else []
-    return []
+    cheapest = open_prices.min() if len(open_prices) else price[price > 0].min()
+    return ["budget"] if budget - cost < cheapest - 1e-9 else []
 
 
 def _link_binding(request: PlanRequest, cand: Candidates, sol: extract.Solution) -> list[str]:
