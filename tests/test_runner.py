@@ -190,6 +190,26 @@ def test_rerun_with_another_grid_names_the_difference_or_restarts(tmp_path: Path
     assert len(engine.calls) == 4 * (2 + 5)
 
 
+def test_a_resume_with_another_engine_setup_is_refused(tmp_path: Path) -> None:
+    """Session 34's profiler test: a run resumed with `--engine-option seed=7` kept 8 rows measured with seed
+    0 and the manifest said seed 7 for all (only the engine's name and the grid were compared)."""
+
+    class Seeded(FakeEngine):
+        def __init__(self, seed: int, interrupt_on: int | None = None) -> None:
+            super().__init__(interrupt_on)
+            self.seed = seed
+
+        def describe(self) -> dict[str, str]:
+            return {**super().describe(), "prompts": f"random token ids (seed {self.seed})"}
+
+    with pytest.raises(RunInterrupted):
+        run_grid(Seeded(0, interrupt_on=6), grid(), tmp_path, "s")
+    with pytest.raises(InputError, match=r"engine setup \(prompts: 'random token ids \(seed 0\)' then, "):
+        run_grid(Seeded(7), grid(), tmp_path, "s")
+    resumed = run_grid(Seeded(0), grid(), tmp_path, "s")  # the same setup resumes
+    assert (resumed.resumed, resumed.done_now) == (1, 3)
+
+
 def test_failed_run_never_replaces_the_last_good_set(tmp_path: Path) -> None:
     run_grid(FakeEngine(), grid(), tmp_path, "s")
     good = ProfileStore([tmp_path]).load("s").sha256

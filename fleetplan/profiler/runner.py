@@ -95,17 +95,25 @@ def _point_label(point: Point, device: str) -> str:
 
 
 def _header(grid: ProfileGrid, engine: Engine) -> dict[str, Any]:
-    return {"header": {"engine": engine.name, "grid": to_builtins(grid)}}
+    """The partial file's first line: the engine, the grid, and the engine's setup as the manifest records
+    it (`describe()`: endpoint, seed, versions, device, host), so that a resumed run is the same run."""
+    return {"header": {"engine": engine.name, "grid": to_builtins(grid), "setup": engine.describe()}}
 
 
 def _grid_differences(saved: dict[str, Any], current: dict[str, Any]) -> list[str]:
+    """What differs between an earlier run's header and this run's: the engine, any grid field and any
+    field of the engine's setup (a file written before session 34 has no setup: not compared). A resume
+    that changed the seed or the endpoint mixed rows of two setups under one manifest naming the last."""
     diffs = []
     if saved.get("engine") != current["engine"]:
         diffs.append(f"engine: {saved.get('engine')!r} then, {current['engine']!r} now")
-    old_grid, new_grid = saved.get("grid") or {}, current["grid"]
-    for key in sorted(set(old_grid) | set(new_grid)):
-        if old_grid.get(key) != new_grid.get(key):
-            diffs.append(f"{key}: {old_grid.get(key)!r} then, {new_grid.get(key)!r} now")
+    for part in ("grid", "setup"):
+        if part == "setup" and "setup" not in saved:
+            continue
+        old, new = saved.get(part) or {}, current[part]
+        for key in sorted(set(old) | set(new)):
+            if old.get(key) != new.get(key):
+                diffs.append(f"{key}: {old.get(key)!r} then, {new.get(key)!r} now")
     return diffs
 
 
@@ -123,8 +131,8 @@ def load_partial(path: Path, grid: ProfileGrid, engine: Engine) -> dict[Point, P
     diffs = _grid_differences(header, _header(grid, engine)["header"])
     if diffs:
         msg = (
-            f"{path} holds a run with a different grid ({'; '.join(diffs)}); rerun with the same options to "
-            "resume it, or pass --restart to discard its finished points"
+            f"{path} holds a run with a different grid or engine setup ({'; '.join(diffs)}); rerun with the "
+            "same options to resume it, or pass --restart to discard its finished points"
         )
         raise InputError(msg, field="grid")
     done: dict[Point, ProfileRow | None] = {}
