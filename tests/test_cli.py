@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
+import numpy as np
 import pytest
 from click.testing import CliRunner
 from test_api import inline_request, write_store
@@ -232,7 +233,14 @@ def test_merge_sets_from_two_machines(tmp_path):
     assert len(table.frame) == 8
     clash = runner.invoke(main, ["merge", "a100", "fleet", "--name", "again", "--out", str(store)])
     assert clash.exit_code == 2
-    assert "the same point is in set 'a100' and set 'fleet'" in clash.output
+    assert "the same point is in two sets: llama-3.1-8b/a100/" in clash.output
+    # each set's own row numbers (the combined table's named rows 'fleet' did not have: session 34)
+    stored = ProfileStore([bundled_root(), store])
+    a100, fleet = stored.load("a100").frame, stored.load("fleet").frame
+    key = ["model", "device", "tp", "batch", "prompt_tokens"]
+    first = a100.sort_values(key).iloc[0]
+    in_fleet = int(np.flatnonzero((fleet[key] == first[key]).all(axis=1).to_numpy())[0])
+    assert f"set 'a100' row {first.name}, set 'fleet' row {in_fleet})" in clash.output, clash.output
 
 
 def test_engine_options_reach_the_engine_and_bad_ones_are_named(tmp_path):
@@ -396,3 +404,21 @@ def test_the_plan_table_says_what_to_buy_and_when_the_cost_is_not_proven(
     table = render_plan_text(shown)
     assert re.search(rf"{plan.devices[0].name}\s+5/4\s+1\n", table), table
     assert re.search(r"device\s+used/available\s+bought", table)
+
+
+def test_profile_options_refuse_an_empty_item_and_a_file_that_is_not_a_calibration(
+    runner: CliRunner, tmp_path: Path
+) -> None:
+    """Session 34's profiler test: `--prompts 128,,512` passed silently, and a wrong --calibration file read
+    "error: name: unknown field", as if about --name."""
+    base = ["profile", "--backend", "analytic", "--device", "h100", "--models", "llama-3.1-8b"]
+    base += ["--batches", "1", "--out", str(tmp_path), "--no-progress"]
+    typo = runner.invoke(main, [*base, "--prompts", "128,,512"])
+    assert typo.exit_code == 2
+    assert "error: --prompts: '128,,512' has an empty item" in typo.output
+    wrong = tmp_path / "manifest.json"
+    wrong.write_text('{"name": "x", "base": {}}')
+    refused = runner.invoke(main, [*base, "--prompts", "128", "--calibration", str(wrong)])
+    assert refused.exit_code == 2
+    assert f"error: --calibration: {wrong} is not a calibration" in refused.output
+    assert "unknown field" in refused.output

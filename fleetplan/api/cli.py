@@ -269,8 +269,16 @@ def writable_dir(path: Path, field: str) -> None:
         raise InputError(f"cannot write into {str(path)!r}", field=field)
 
 
-def _int_list(text: str) -> list[str]:
-    return [part.strip() for part in text.split(",") if part.strip()]
+def _int_list(text: str, option: str) -> list[str]:
+    """Comma-separated values as strings ("1, 4,16": 1, 4, 16); an empty item ("128,,512": a typo) is an
+    InputError naming `option`, not skipped."""
+    from fleetplan.models.errors import InputError
+
+    parts = [part.strip() for part in text.split(",")]
+    if len(parts) > 1 and not all(parts):
+        msg = f"{text!r} has an empty item; give values separated by single commas"
+        raise InputError(msg, field=option)
+    return [part for part in parts if part]
 
 
 @main.command("profile")
@@ -376,10 +384,10 @@ def _profile_grid(
 
     raw = {
         "device": device,
-        "models": _int_list(models),
-        "batches": _int_list(batches),
-        "prompts": _int_list(prompts),
-        "tp": _int_list(tp),
+        "models": _int_list(models, "--models"),
+        "batches": _int_list(batches, "--batches"),
+        "prompts": _int_list(prompts, "--prompts"),
+        "tp": _int_list(tp, "--tp"),
         "output_tokens": output_tokens,
         "warmup": warmup,
         "runs": runs,
@@ -507,7 +515,13 @@ def _read_calibration(path: Path) -> "Calibration":
         raise InputError(
             f"cannot read calibration file {path}: {error.strerror}", field="calibration"
         ) from error
-    return decode(data, Calibration)
+    try:
+        return decode(data, Calibration)
+    except InputError as error:  # "name: unknown field" read as if about --name (session 34)
+        where = f" at {error.field}" if error.field else ""
+        writer = "`fleetplan calibrate SET --out FILE` writes one"
+        msg = f"{path} is not a calibration ({writer}){where}: {error.message}"
+        raise InputError(msg, field="--calibration") from error
 
 
 @main.command("calibrate")

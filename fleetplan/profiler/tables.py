@@ -267,18 +267,28 @@ def csv_bytes(frame: pd.DataFrame) -> bytes:
 
 def merge_tables(tables: list[ProfileTable]) -> pd.DataFrame:
     """The rows of several sets, one table; a point present in two sets is an error naming both rows."""
-    frames = [t.frame.assign(set_name=t.name) for t in tables]
+    frames = [t.frame.assign(set_name=t.name, set_row=np.arange(len(t.frame))) for t in tables]
     merged = pd.concat(frames, ignore_index=True)
     clash = merged.duplicated(list(KEY_COLUMNS), keep=False).to_numpy()
     if clash.any():
-        first = merged[clash].sort_values(list(KEY_COLUMNS)).head(2)
-        where = " and ".join(f"set {name!r}" for name in first["set_name"])
-        msg = (
-            f"the same point is in {where}: {_rows_label(merged, clash)}; "
-            "merge sets that measured different points"
-        )
+        clashes = _clashes(merged[clash])
+        msg = f"the same point is in two sets: {clashes}; merge sets that measured different points"
         raise ProfileMissing(msg, field="sets")
-    return merged.drop(columns="set_name")
+    return merged.drop(columns=["set_name", "set_row"])
+
+
+def _clashes(rows: pd.DataFrame, limit: int = 5) -> str:
+    """ "llama-3.2-1b/h100/tp1/b1/p128 (set 'a' row 0, set 'b' row 1); ...": each point in several sets, by
+    each set's own row number (the combined table's numbers named rows a set did not have)."""
+    groups = list(rows.groupby(list(KEY_COLUMNS), sort=True))
+    shown = [
+        f"{model}/{device}/tp{tp}/b{batch}/p{prompt} ("
+        + ", ".join(f"set {name!r} row {row}" for name, row in zip(g["set_name"], g["set_row"], strict=True))
+        + ")"
+        for (model, device, tp, batch, prompt), g in groups[:limit]
+    ]
+    more = f"; and {len(groups) - limit} more points" if len(groups) > limit else ""
+    return "; ".join(shown) + more
 
 
 # --- latency at a prompt length: the one interpolator the solver and the simulator share -----------------
