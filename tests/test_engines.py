@@ -106,8 +106,32 @@ def test_transformers_rejects_tp_and_unknown_models(transformers_engine) -> None
     with pytest.raises(InputError) as error:
         transformers_engine.run_batch(MODEL, 2, 1, 16, 4)
     assert error.value.field == "tp"
-    with pytest.raises(InputError, match="models="):
+    with pytest.raises(InputError, match="""--engine-option models='\\{"llama-3.1-8b": """):
         transformers_engine.run_batch("llama-3.1-8b", 1, 1, 16, 4)
+
+
+def test_transformers_refuses_a_grid_it_cannot_run_before_measuring_anything(
+    transformers_engine, tmp_path
+) -> None:
+    """Session 34's profiler test: tp 2, an unknown model or a prompt beyond the positions failed at the
+    point that reached it, after rows were measured that the corrected grid could not resume."""
+    from fleetplan.models.profile import ProfileGrid
+    from fleetplan.profiler.runner import partial_path, run_grid
+
+    def grid(**changes) -> ProfileGrid:
+        fields = {"device": "cpu", "models": [MODEL], "batches": [1], "prompts": [16], "output_tokens": 2}
+        return ProfileGrid(**{**fields, "warmup": 0, "runs": 1, **changes})
+
+    positions = transformers_engine._model(MODEL).config.max_position_embeddings
+    for bad, field in (
+        (grid(tp=[1, 2]), "tp"),
+        (grid(models=[MODEL, "llama-3.1-8b"]), "model"),
+        (grid(prompts=[16, positions]), "prompt_tokens"),
+    ):
+        with pytest.raises(InputError) as error:
+            run_grid(transformers_engine, bad, tmp_path, "s")
+        assert error.value.field == field
+        assert not partial_path(tmp_path, "s").exists()  # nothing measured, nothing to resume
 
 
 def test_transformers_describe(transformers_engine) -> None:

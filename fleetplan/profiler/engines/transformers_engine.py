@@ -80,8 +80,9 @@ class TransformersEngine:
                 self._models[model] = build_tiny_model(self.seed, self.device)
             else:
                 msg = (
-                    f"model {model!r}: the transformers engine builds only {TINY_MODEL!r} by itself; "
-                    f"to load real weights pass models={{{model!r}: '<hugging face id or local path>'}}"
+                    f"model {model!r}: the transformers engine builds only {TINY_MODEL!r} by itself; to "
+                    f'load real weights pass --engine-option models=\'{{"{model}": "<hugging face id or '
+                    "local path>\"}'"
                 )
                 raise InputError(msg, field="model")
         return self._models[model]
@@ -105,6 +106,21 @@ class TransformersEngine:
             "prefix_caching": f"{DISABLED} (generate() keeps no KV cache between calls)",
         }
 
+    def validate_grid(self, grid) -> None:
+        """Refuse, before anything is measured, a grid this engine cannot run: tp above 1, a model it
+        cannot build or load, a prompt and output beyond a model's positions. Found at the point that
+        reached them, these left measured rows behind that a corrected grid could not resume (session 34)."""
+        if any(tp != 1 for tp in grid.tp):
+            raise InputError(
+                f"the transformers engine runs on one device only; got tp={list(grid.tp)}", field="tp"
+            )
+        for model in grid.models:
+            limit = getattr(self._model(model).config, "max_position_embeddings", None)
+            total = max(grid.prompts) + grid.output_tokens
+            if limit is not None and total > limit:
+                msg = f"prompt + output = {total} tokens exceeds the {limit} positions of model {model!r}"
+                raise InputError(msg, field="prompt_tokens")
+
     def run_batch(
         self, model: str, tp: int, batch: int, prompt_tokens: int, output_tokens: int
     ) -> list[RequestTiming]:
@@ -121,7 +137,7 @@ class TransformersEngine:
         limit = getattr(net.config, "max_position_embeddings", None)
         if limit is not None and prompt_tokens + output_tokens > limit:
             total = prompt_tokens + output_tokens
-            msg = f"prompt + output = {total} tokens exceeds {model!r}'s {limit} positions"
+            msg = f"prompt + output = {total} tokens exceeds the {limit} positions of model {model!r}"
             raise InputError(msg, field="prompt_tokens")
         vocab = int(net.config.vocab_size)
         input_ids = random_prompt(batch, prompt_tokens, vocab, self._generator).to(self.device)
