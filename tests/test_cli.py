@@ -226,6 +226,9 @@ def test_merge_sets_from_two_machines(tmp_path):
     for device in ("a100", "l4"):
         made = runner.invoke(main, [*profile, "--device", device, "--name", device])
         assert made.exit_code == 0, made.output
+    # an estimate runs no batches: its manifest does not claim measured ones (session 34)
+    description = ProfileStore([store]).manifest("a100").description
+    assert description.endswith("estimated, no batches run"), description
     merged = runner.invoke(main, ["merge", "a100", "l4", "--name", "fleet", "--out", str(store)])
     assert merged.exit_code == 0, merged.output
     table = ProfileStore([bundled_root(), store]).load("fleet")

@@ -357,10 +357,14 @@ def _manifest(engine: Engine, grid: ProfileGrid, name: str, description: str | N
         }
     )
     now = datetime.now(UTC)
+    how = (  # an estimator runs no batches: its manifest said "20 warmup + 100 measured" (session 34)
+        "estimated, no batches run"
+        if isinstance(engine, RowEstimator)
+        else f"{grid.warmup} warmup + {grid.runs} measured batches per point"
+    )
     default = (
         f"{engine.name} profile of {', '.join(grid.models)} on {grid.device}: tp {grid.tp}, batches "
-        f"{grid.batches}, prompts {grid.prompts}, {grid.output_tokens} output tokens, "
-        f"{grid.warmup} warmup + {grid.runs} measured batches per point"
+        f"{grid.batches}, prompts {grid.prompts}, {grid.output_tokens} output tokens, {how}"
     )
     return ProfileSetManifest(
         name=name,
