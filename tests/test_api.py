@@ -779,3 +779,12 @@ def test_openapi_says_which_routes_take_the_bearer_token_and_that_503s_carry_ret
         assert (("post", "/plan") in secured) == reads  # reads take it only under FLEETPLAN_READ_AUTH
         assert ("get", "/health") not in secured
         assert "Retry-After" in document["paths"]["/plan"]["post"]["responses"]["503"]["headers"]
+
+
+def test_head_health_answers_200_without_a_token() -> None:
+    """Load balancers often check with HEAD; it was a 405 (session 34's operator test), read as down."""
+    with TestClient(app=create_app(settings=Settings(read_auth=True, api_token="t0k"))) as client:
+        answer = client.head("/health")
+        assert answer.status_code == 200
+        assert answer.content == b""
+        assert client.get("/fleets").status_code == 401  # the rest still takes the token

@@ -17,7 +17,7 @@ from typing import Annotated, Any, TypeVar
 
 import anyio
 import anyio.to_thread
-from litestar import Litestar, Request, Response, Router, get, post, route
+from litestar import Litestar, Request, Response, Router, get, head, post, route
 from litestar.datastructures import State
 from litestar.dto import AbstractDTO
 from litestar.dto.data_structures import DTOFieldDefinition
@@ -334,6 +334,11 @@ async def health() -> Health:
     return Health(status="ok", version=VERSION)
 
 
+@head("/health", summary="Liveness, without a body (load balancers' HEAD checks)", tags=["service"])
+async def health_head() -> None:
+    """HEAD /health: 200 with no body (it was a 405, which a HEAD health check reads as down)."""
+
+
 def default_store(settings: Settings) -> ProfileStore:
     """The bundled sets plus the writable store of `settings.profile_store` (or $FLEETPLAN_PROFILE_STORE)."""
     if settings.profile_store:
@@ -367,6 +372,7 @@ def create_app(
             post_plan,
             Router("/profiles", route_handlers=[profiles_options, list_profiles, post_profiles, get_profile]),
             health,
+            health_head,
             metrics_endpoint,
             post_whatif,
             fleets_router,
