@@ -63,6 +63,14 @@ def no_candidate_reason(cand: Candidates, w: int, table=None) -> str:
     )
 
 
+def has_room(request: PlanRequest, used: dict[str, int], device: pd.Series, tp: np.ndarray) -> np.ndarray:
+    """Whether one more instance (`tp` devices of type `device`, per row) fits what the device types have
+    left: their capacity (owned plus purchasable) less `used`. A full type's instances buy nothing, so a
+    budget is judged against the cheapest instance that fits (shortfall_reasons, whatif budget_binding)."""
+    room = {d.name: d.capacity - used.get(d.name, 0) for d in request.devices}
+    return tp <= device.map(room).fillna(0).to_numpy()
+
+
 def shortfall_reasons(
     cand: Candidates, classes: list[int], devices: list[DeviceUse], links: list[LinkUse], cost_per_hour: float
 ) -> dict[int, str]:
@@ -77,9 +85,8 @@ def shortfall_reasons(
         tps[w][device] = int(tp)
     # what one more instance of each (device, tp) the class can use costs: the budget binds where the
     # cheapest one the devices still have room for does not fit it (a full device's price says nothing)
-    capacity = {d.name: d.capacity for d in cand.request.devices}  # owned plus purchasable
-    room = {d.name: capacity[d.name] - d.used for d in devices}
-    fits = uses["tp"].to_numpy() <= uses["device"].map(room).fillna(0).to_numpy()
+    used = {d.name: d.used for d in devices}
+    fits = has_room(cand.request, used, uses["device"], uses["tp"].to_numpy())
     instance = pd.Series(price * uses["tp"].to_numpy(), index=uses["w"].to_numpy())
     cheapest = instance[fits].groupby(level=0).min()
     anywhere = instance.groupby(level=0).min()  # every device full: what one more would cost at all

@@ -38,6 +38,7 @@ from fleetplan.profiler.tables import ProfileTable
 from fleetplan.solver import baselines, extract
 from fleetplan.solver.backends import Termination, relative_gap
 from fleetplan.solver.candidates import Candidates, build_candidates, check_profiles_cover, device_table
+from fleetplan.solver.explain import has_room
 from fleetplan.solver.formulation import pool_cost, servable_demand, spends_all, with_matrix_memo
 from fleetplan.solver.optimize import Outcome, optimize_above
 from fleetplan.solver.window import optimize_or_fall_back, settle
@@ -438,9 +439,7 @@ def budget_binding(
     price = pool_cost(cand)
     if budget is None or not (price > 0).any():
         return []
-    pools = cand.pools
-    room = {d.name: d.capacity - (used or {}).get(d.name, 0) for d in request.devices}
-    fits = pools["tp"].to_numpy() <= pools["device"].map(room).fillna(0).to_numpy()
+    fits = has_room(request, used or {}, cand.pools["device"], cand.pools["tp"].to_numpy())
     # the cheapest instance a type has room for; every type full: the cheapest of all (the budget then binds
     # beside the devices where it would not pay for one more either)
     open_prices = price[fits & (price > 0)]
